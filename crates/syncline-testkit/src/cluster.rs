@@ -1,0 +1,239 @@
+//! One private Postgres cluster: created from a per-machine template, started, and removed.
+
+use std::fs;
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::binaries::pg_bindir;
+
+/// How long a postmaster may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopping postmaster may take before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts to start on a free port (another process may take the port between probe and bind).
+const START_ATTEMPTS_MAX: u32 = 3;
+
+/// Server settings for tests: logical decoding on, durability off (tests never survive a crash
+/// of the machine), enough senders and slots for tests that open several streams.
+const SERVER_SETTINGS: &[(&str, &str)] = &[
+    ("listen_addresses", "127.0.0.1"),
+    ("wal_level", "logical"),
+    ("max_wal_senders", "20"),
+    ("max_replication_slots", "20"),
+    ("max_connections", "100"),
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+    ("shared_buffers", "128MB"),
+    ("max_wal_size", "2GB"),
+    ("log_min_messages", "warning"),
+    ("logging_collector", "off"),
+];
+
+/// A running private Postgres cluster, stopped and deleted when dropped.
+///
+/// The superuser is `postgres` with trust authentication; the default database is `postgres`.
+pub struct PgCluster {
+    child: Child,
+    port: u16,
+    bindir: PathBuf,
+    root: TempDir,
+}
+
+impl PgCluster {
+    /// Starts a new cluster. Blocks for about a second; call it before or outside async work.
+    pub fn start() -> PgCluster {
+        let bindir = pg_bindir();
+        let template = template_dir(&bindir);
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS_MAX {
+            match Self::start_once(&bindir, template) {
+                Ok(cluster) => return cluster,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start a private Postgres cluster: {last_error}");
+    }
+
+    fn start_once(bindir: &Path, template: &Path) -> Result<PgCluster, String> {
+        let root = tempfile::Builder::new().prefix("syncline-pg-").tempdir().map_err(|e| e.to_string())?;
+        let data = root.path().join("data");
+        run(Command::new("cp").arg("-a").arg(template).arg(&data))?;
+        give_to_server_user(root.path())?;
+        let port = free_port().map_err(|e| e.to_string())?;
+        let log = fs::File::create(root.path().join("server.log")).map_err(|e| e.to_string())?;
+        give_to_server_user(&root.path().join("server.log"))?;
+        let mut cmd = Command::new(bindir.join("postgres"));
+        cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).arg("-k").arg(root.path());
+        for (key, value) in SERVER_SETTINGS {
+            cmd.arg("-c").arg(format!("{key}={value}"));
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        as_server_user(&mut cmd);
+        let child = cmd.spawn().map_err(|e| format!("spawning postgres: {e}"))?;
+        let mut cluster = PgCluster { child, port, bindir: bindir.to_owned(), root };
+        cluster.wait_ready()?;
+        Ok(cluster)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let pid_file = self.data_dir().join("postmaster.pid");
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("postgres exited with {status}: {}", self.server_log()));
+            }
+            let ready = fs::read_to_string(&pid_file)
+                .map(|text| text.lines().nth(7).map(str::trim) == Some("ready"))
+                .unwrap_or(false);
+            if ready {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("postgres not ready after {START_TIMEOUT:?}: {}", self.server_log()))
+    }
+
+    /// The TCP port (on 127.0.0.1) and unix-socket port number.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory holding the unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The cluster's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The directory of the server binaries this cluster runs (for `pg_recvlogical` and friends).
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
+    /// What the server has logged so far.
+    pub fn server_log(&self) -> String {
+        fs::read_to_string(self.root.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// A libpq key-value connection string for `dbname` over the unix socket.
+    pub fn connection_string(&self, dbname: &str) -> String {
+        format!("host={} port={} user=postgres dbname={dbname}", self.socket_dir().display(), self.port)
+    }
+
+    /// A `postgres://` URL for `dbname` over TCP on 127.0.0.1.
+    pub fn url(&self, dbname: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{dbname}", self.port)
+    }
+
+    /// Opens a client to `dbname`; its connection task runs on the current tokio runtime.
+    pub async fn connect(&self, dbname: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.connection_string(dbname), tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to private cluster: {e}"));
+        tokio::spawn(async move {
+            // The connection ends with an error when the cluster or the test goes away first.
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// Creates a fresh database and returns its name (`prefix` plus a counter).
+    pub async fn create_database(&self, prefix: &str) -> String {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = format!("{prefix}_{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let admin = self.connect("postgres").await;
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("CREATE DATABASE");
+        name
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        // SIGQUIT is Postgres's immediate shutdown: nothing here needs a clean checkpoint.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGQUIT) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The initdb result shared by every cluster of this machine and Postgres version, made once.
+fn template_dir(bindir: &Path) -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let version = bindir.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+        let name = format!("syncline-testkit-template-{}-{}", version.unwrap_or_default(), unsafe { libc::geteuid() });
+        let template = std::env::temp_dir().join(name);
+        if template.join("PG_VERSION").exists() {
+            return template;
+        }
+        let staging = tempfile::Builder::new().prefix("syncline-initdb-").tempdir().expect("temp dir for initdb");
+        give_to_server_user(staging.path()).expect("chown for initdb");
+        let data = staging.path().join("data");
+        let mut cmd = Command::new(bindir.join("initdb"));
+        cmd.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"]);
+        as_server_user(&mut cmd);
+        run(&mut cmd).expect("initdb");
+        // Another process may have won the race; either way a complete template now exists.
+        let _ = fs::rename(&data, &template);
+        template
+    })
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The uid/gid that runs the server: `postgres` when we are root (initdb refuses root), else us.
+fn server_user() -> Option<(u32, u32)> {
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let name = c"postgres";
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!pw.is_null(), "running as root needs a `postgres` user to run the server as");
+    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+fn as_server_user(cmd: &mut Command) {
+    if let Some((uid, gid)) = server_user() {
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+fn give_to_server_user(path: &Path) -> Result<(), String> {
+    if let Some((uid, gid)) = server_user() {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| format!("chown {path:?}: {e}"))?;
+    }
+    if path.is_dir() {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
