@@ -1,0 +1,23 @@
+//! Everything Syncline says to Postgres.
+//!
+//! - [`replication`]: our own replication-protocol client (startup, auth, `START_REPLICATION`,
+//!   keepalives, standby status), pgoutput decoding into [`replication::PgOutput`] messages
+//!   streamed one by one, and [`replication::ResumingStream`] for reconnects without loss or
+//!   duplication.
+//! - [`publication`]: publication and replica-identity management per table.
+//! - [`catalog`]: reading a table's [`syncline_core::RelationDesc`].
+//! - [`snapshot`]: consistent initial snapshots by `COPY … (FORMAT binary)`, decoded into
+//!   Postgres's text output and Electric's JSON message lines.
+//!
+//! **Invariant:** this crate knows nothing of HTTP or files.
+
+pub mod catalog;
+pub mod conn;
+pub mod error;
+pub mod ident;
+pub mod publication;
+pub mod replication;
+pub mod snapshot;
+
+pub use conn::{connect, ConnConfig, SESSION_SETTINGS};
+pub use error::{PgError, PgResult};

@@ -1,0 +1,275 @@
+//! A minimal frontend for a replication connection: startup, authentication, simple queries,
+//! and message framing. tokio-postgres has no replication mode, and postgres-protocol does not
+//! parse CopyBothResponse, so framing is ours; message encoding and SCRAM come from
+//! postgres-protocol.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+use crate::conn::{ConnConfig, Endpoint, SESSION_SETTINGS};
+use crate::error::{PgError, PgResult};
+
+/// Read-buffer growth step: large reads amortize syscalls on a busy stream.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Largest backend message accepted (Postgres caps a message at 1 GiB).
+const MESSAGE_BYTES_MAX: usize = 1 << 30;
+
+/// A byte stream to the server.
+pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
+
+/// One backend message: its type byte and body (without the length word).
+#[derive(Debug)]
+pub struct BackendMessage {
+    /// Message type, e.g. `b'd'` for CopyData.
+    pub tag: u8,
+    /// Message body.
+    pub body: Bytes,
+}
+
+/// A connection opened with `replication=database`.
+pub struct WireConnection {
+    socket: Box<dyn Socket>,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+}
+
+/// A row of a simple-query result: text columns, NULL as `None`.
+pub type TextRow = Vec<Option<String>>;
+
+impl WireConnection {
+    /// Connects, authenticates and waits for ReadyForQuery.
+    pub async fn connect(config: &ConnConfig, application_name: &str) -> PgResult<WireConnection> {
+        let socket: Box<dyn Socket> = match config.endpoint() {
+            Endpoint::Tcp(host, port) => {
+                let stream = TcpStream::connect((host.as_str(), port)).await?;
+                stream.set_nodelay(true)?;
+                Box::new(stream)
+            }
+            Endpoint::Unix(dir, port) => Box::new(UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?),
+        };
+        let mut conn = WireConnection { socket, read_buf: BytesMut::with_capacity(READ_CHUNK_BYTES), write_buf: BytesMut::new() };
+        let mut params = vec![
+            ("user", config.user()),
+            ("database", config.dbname()),
+            ("replication", "database"),
+            ("application_name", application_name),
+        ];
+        params.extend(SESSION_SETTINGS.iter().copied());
+        frontend::startup_message(params, &mut conn.write_buf)?;
+        conn.flush().await?;
+        conn.authenticate(config).await?;
+        conn.wait_ready().await?;
+        Ok(conn)
+    }
+
+    async fn authenticate(&mut self, config: &ConnConfig) -> PgResult<()> {
+        let password = || config.password().ok_or_else(|| PgError::Config("the server asks for a password and none was given".into()));
+        loop {
+            let msg = self.expect(b'R').await?;
+            let mut body = msg.body;
+            match body.get_i32() {
+                0 => return Ok(()),
+                3 => {
+                    frontend::password_message(password()?, &mut self.write_buf)?;
+                    self.flush().await?;
+                }
+                5 => {
+                    let salt: [u8; 4] = body[..4].try_into().map_err(|_| PgError::Protocol("short md5 salt".into()))?;
+                    let hash = md5_hash(config.user().as_bytes(), password()?, salt);
+                    frontend::password_message(hash.as_bytes(), &mut self.write_buf)?;
+                    self.flush().await?;
+                }
+                10 => return self.scram(password()?, &body).await,
+                other => return Err(PgError::Protocol(format!("unsupported authentication method {other}"))),
+            }
+        }
+    }
+
+    async fn scram(&mut self, password: &[u8], mechanisms: &[u8]) -> PgResult<()> {
+        let offered = mechanisms.split(|&b| b == 0).any(|m| m == sasl::SCRAM_SHA_256.as_bytes());
+        if !offered {
+            return Err(PgError::Protocol("server offers no SASL mechanism this client supports".into()));
+        }
+        let mut scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
+        frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut self.write_buf)?;
+        self.flush().await?;
+        let mut cont = self.expect(b'R').await?.body;
+        if cont.get_i32() != 11 {
+            return Err(PgError::Protocol("expected SASL continue".into()));
+        }
+        scram.update(&cont)?;
+        frontend::sasl_response(scram.message(), &mut self.write_buf)?;
+        self.flush().await?;
+        let mut fin = self.expect(b'R').await?.body;
+        if fin.get_i32() != 12 {
+            return Err(PgError::Protocol("expected SASL final".into()));
+        }
+        scram.finish(&fin)?;
+        let mut ok = self.expect(b'R').await?.body;
+        match ok.get_i32() {
+            0 => Ok(()),
+            other => Err(PgError::Protocol(format!("unexpected authentication message {other} after SASL"))),
+        }
+    }
+
+    async fn wait_ready(&mut self) -> PgResult<()> {
+        loop {
+            let msg = self.read_message().await?;
+            if msg.tag == b'Z' {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs one simple-protocol statement and returns its rows as text.
+    pub async fn simple_query(&mut self, sql: &str) -> PgResult<Vec<TextRow>> {
+        frontend::query(sql, &mut self.write_buf)?;
+        self.flush().await?;
+        let mut rows = Vec::new();
+        let mut failure = None;
+        loop {
+            let msg = match self.read_message().await {
+                Ok(msg) => msg,
+                Err(e @ PgError::Server { .. }) => {
+                    failure = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match msg.tag {
+                b'D' => rows.push(parse_data_row(msg.body)?),
+                b'Z' => return failure.map_or(Ok(rows), Err),
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends a statement that switches the connection into COPY BOTH mode and waits for it.
+    pub async fn start_copy_both(&mut self, sql: &str) -> PgResult<()> {
+        frontend::query(sql, &mut self.write_buf)?;
+        self.flush().await?;
+        self.expect(b'W').await.map(drop)
+    }
+
+    /// Reads messages until one of type `tag`.
+    async fn expect(&mut self, tag: u8) -> PgResult<BackendMessage> {
+        loop {
+            let msg = self.read_message().await?;
+            if msg.tag == tag {
+                return Ok(msg);
+            }
+            if !matches!(msg.tag, b'N' | b'S' | b'K') {
+                return Err(PgError::Protocol(format!("expected message '{}', got '{}'", tag as char, msg.tag as char)));
+            }
+        }
+    }
+
+    /// Reads the next message, turning ErrorResponse into an error and skipping notices and
+    /// parameter-status reports.
+    pub async fn read_message(&mut self) -> PgResult<BackendMessage> {
+        loop {
+            let msg = match self.try_parse()? {
+                Some(msg) => msg,
+                None => {
+                    self.fill().await?;
+                    continue;
+                }
+            };
+            match msg.tag {
+                b'E' => return Err(parse_error(&msg.body)),
+                b'N' | b'S' => continue,
+                _ => return Ok(msg),
+            }
+        }
+    }
+
+    /// Takes one complete message out of the read buffer, if there is one.
+    pub fn try_parse(&mut self) -> PgResult<Option<BackendMessage>> {
+        if self.read_buf.len() < 5 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(self.read_buf[1..5].try_into().expect("4 bytes")) as usize;
+        if !(4..=MESSAGE_BYTES_MAX).contains(&len) {
+            return Err(PgError::Protocol(format!("invalid message length {len}")));
+        }
+        if self.read_buf.len() < len + 1 {
+            self.read_buf.reserve(len + 1 - self.read_buf.len());
+            return Ok(None);
+        }
+        let mut frame = self.read_buf.split_to(len + 1);
+        let tag = frame[0];
+        frame.advance(5);
+        Ok(Some(BackendMessage { tag, body: frame.freeze() }))
+    }
+
+    /// Reads more bytes from the socket into the buffer. Cancel-safe.
+    pub async fn fill(&mut self) -> PgResult<()> {
+        if self.read_buf.capacity() - self.read_buf.len() < READ_CHUNK_BYTES / 4 {
+            self.read_buf.reserve(READ_CHUNK_BYTES);
+        }
+        let n = self.socket.read_buf(&mut self.read_buf).await?;
+        if n == 0 {
+            return Err(PgError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed the connection")));
+        }
+        Ok(())
+    }
+
+    /// Queues a CopyData message with `payload`.
+    pub fn queue_copy_data(&mut self, payload: &[u8]) {
+        self.write_buf.put_u8(b'd');
+        self.write_buf.put_i32(4 + payload.len() as i32);
+        self.write_buf.put_slice(payload);
+    }
+
+    /// Writes everything queued.
+    pub async fn flush(&mut self) -> PgResult<()> {
+        self.socket.write_all(&self.write_buf).await?;
+        self.socket.flush().await?;
+        self.write_buf.clear();
+        Ok(())
+    }
+}
+
+fn parse_data_row(mut body: Bytes) -> PgResult<TextRow> {
+    let short = || PgError::Protocol("short DataRow".into());
+    if body.len() < 2 {
+        return Err(short());
+    }
+    let n = body.get_i16();
+    let mut row = Vec::with_capacity(n.max(0) as usize);
+    for _ in 0..n {
+        if body.len() < 4 {
+            return Err(short());
+        }
+        let len = body.get_i32();
+        if len < 0 {
+            row.push(None);
+            continue;
+        }
+        let len = len as usize;
+        if body.len() < len {
+            return Err(short());
+        }
+        row.push(Some(String::from_utf8_lossy(&body.split_to(len)).into_owned()));
+    }
+    Ok(row)
+}
+
+/// Turns an ErrorResponse body into [`PgError::Server`].
+pub(crate) fn parse_error(body: &[u8]) -> PgError {
+    let (mut code, mut message, mut detail) = (String::new(), String::new(), None);
+    for field in body.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let text = String::from_utf8_lossy(&field[1..]).into_owned();
+        match field[0] {
+            b'C' => code = text,
+            b'M' => message = text,
+            b'D' => detail = Some(text),
+            _ => {}
+        }
+    }
+    PgError::Server { code, message, detail }
+}

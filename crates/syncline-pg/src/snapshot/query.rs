@@ -1,0 +1,87 @@
+//! The snapshot query: which columns, how each is selected, rendered as SQL.
+
+use syncline_core::RelationDesc;
+
+use super::text::TextDecoder;
+use crate::error::{PgError, PgResult};
+use crate::ident::{qualified, quote_ident};
+
+/// One selected column and how its binary value is read.
+#[derive(Debug, Clone)]
+pub struct SnapshotColumn {
+    /// Column name.
+    pub name: String,
+    /// Its decoder; [`TextDecoder::Text`] with `cast_to_text` for types without a binary decoder.
+    pub decoder: TextDecoder,
+    /// Selected as `col::text` because the type has no binary decoder here.
+    pub cast_to_text: bool,
+}
+
+/// What a snapshot selects: a table, some of its columns, and an already-checked WHERE.
+#[derive(Debug, Clone)]
+pub struct SnapshotQuery {
+    /// Schema name.
+    pub schema: String,
+    /// Table name.
+    pub table: String,
+    /// Selected columns in output order.
+    pub columns: Vec<SnapshotColumn>,
+    /// Positions in `columns` of the key columns, in key order: the primary key, or every
+    /// selected column sorted by name for a table without one.
+    pub key_columns: Vec<usize>,
+    /// WHERE condition rendered by the where-clause checker (never raw user text), if any.
+    pub where_sql: Option<String>,
+}
+
+impl SnapshotQuery {
+    /// Selects `columns` (all when `None`) of `relation`, filtered by `where_sql`.
+    pub fn new(relation: &RelationDesc, columns: Option<&[String]>, where_sql: Option<String>) -> PgResult<Self> {
+        let selected: Vec<&syncline_core::ColumnDesc> = match columns {
+            None => relation.columns.iter().collect(),
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    relation.column(n).map(|(_, c)| c).ok_or_else(|| PgError::Config(format!("column {n:?} not found on the table")))
+                })
+                .collect::<PgResult<_>>()?,
+        };
+        let columns: Vec<SnapshotColumn> = selected
+            .iter()
+            .map(|c| match TextDecoder::for_type(&c.pg_type) {
+                Some(decoder) => SnapshotColumn { name: c.name.clone(), decoder, cast_to_text: false },
+                None => SnapshotColumn { name: c.name.clone(), decoder: TextDecoder::Text, cast_to_text: true },
+            })
+            .collect();
+        let position = |name: &str| columns.iter().position(|c| c.name == name);
+        let pk = relation.primary_key();
+        let key_columns = if pk.is_empty() {
+            let mut names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            names.sort_unstable();
+            names.into_iter().filter_map(position).collect()
+        } else {
+            pk.iter()
+                .map(|c| position(&c.name).ok_or_else(|| PgError::Config(format!("primary key column {:?} is not selected", c.name))))
+                .collect::<PgResult<_>>()?
+        };
+        Ok(SnapshotQuery { schema: relation.schema.clone(), table: relation.name.clone(), columns, key_columns, where_sql })
+    }
+
+    /// `SELECT …` for the rows (the body of the COPY).
+    pub fn select_sql(&self) -> String {
+        let list: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| if c.cast_to_text { format!("{}::text", quote_ident(&c.name)) } else { quote_ident(&c.name) })
+            .collect();
+        let mut sql = format!("SELECT {} FROM {}", list.join(", "), qualified(&self.schema, &self.table));
+        if let Some(cond) = &self.where_sql {
+            sql.push_str(&format!(" WHERE ({cond})"));
+        }
+        sql
+    }
+
+    /// The full `COPY (SELECT …) TO STDOUT (FORMAT binary)` statement.
+    pub fn copy_sql(&self) -> String {
+        format!("COPY ({}) TO STDOUT (FORMAT binary)", self.select_sql())
+    }
+}
