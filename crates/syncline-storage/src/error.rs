@@ -1,0 +1,72 @@
+//! The crate's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+use syncline_core::LogOffset;
+
+/// Everything that can go wrong in the storage engine.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A system call on a file or directory failed.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// No shape with this id is stored.
+    #[error("shape {0:?} not found")]
+    ShapeNotFound(String),
+    /// A shape with this id is already stored.
+    #[error("shape {0:?} already exists")]
+    ShapeExists(String),
+    /// Shape ids are 1..=200 bytes of `[A-Za-z0-9_.-]`, not starting with a dot.
+    #[error(
+        "invalid shape id {0:?}: expected 1..=200 bytes of [A-Za-z0-9_.-], not starting with '.'"
+    )]
+    InvalidShapeId(String),
+    /// Another writer (in this or another process) holds the shape's lock.
+    #[error("shape {0:?} already has a writer")]
+    WriterBusy(String),
+    /// A file does not match the documented format.
+    #[error("corrupt {path}: {reason}")]
+    Corrupt {
+        /// The file involved.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// Messages must be appended in strictly increasing offset order.
+    #[error("offset {offset} is not after the last appended offset {last}")]
+    OffsetNotIncreasing {
+        /// The offending offset.
+        offset: LogOffset,
+        /// The last offset already appended.
+        last: LogOffset,
+    },
+    /// A message key is longer than [`crate::KEY_BYTES_MAX`].
+    #[error("key of {0} bytes is longer than the {max} byte limit", max = crate::KEY_BYTES_MAX)]
+    KeyTooLong(usize),
+    /// An earlier I/O failure left the writer in an unknown state; reopen the shape to recover.
+    #[error("writer stopped after an earlier failure; reopen the shape to recover")]
+    Poisoned,
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Attaches a path to an `io::Error`.
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> StorageError {
+    let path = path.into();
+    move |source| StorageError::Io { path, source }
+}
+
+/// Builds a [`StorageError::Corrupt`].
+pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> StorageError {
+    StorageError::Corrupt {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,331 @@
+//! The on-disk encoding: fixed-width records, chunk index entries, the shape header, file names.
+//!
+//! `docs/storage-format.md` is the specification; this module is its only encoder and decoder.
+//! All integers are little-endian.
+
+use std::path::{Path, PathBuf};
+
+use syncline_core::LogOffset;
+
+use crate::message::Operation;
+
+/// Bytes of one record in a chunk's `.recs` file.
+pub const RECORD_BYTES: usize = 40;
+/// Bytes of one entry in a shape's `index` file.
+pub const ENTRY_BYTES: usize = 64;
+/// Bytes of a shape's `shape.meta` header.
+pub const META_BYTES: usize = 64;
+/// First eight bytes of `shape.meta`.
+pub const META_MAGIC: [u8; 8] = *b"SYNCLSHP";
+/// Version of the layout described in `docs/storage-format.md`.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Name of the shape header file (also the writer's lock file).
+pub const META_FILE: &str = "shape.meta";
+/// Name of the sparse chunk index file.
+pub const INDEX_FILE: &str = "index";
+/// Name compaction writes the next index to before renaming it over [`INDEX_FILE`].
+pub const INDEX_TMP_FILE: &str = "index.tmp";
+
+/// Record flag: this update was produced by merging several updates (compaction).
+pub const FLAG_MERGED: u8 = 1;
+/// Record and entry flag: the initial snapshot is complete at this point of the log.
+pub const FLAG_SNAPSHOT_DONE: u8 = 2;
+
+/// What a record stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// A message with this operation.
+    Message(Operation),
+    /// The end of a transaction: everything before it is committed.
+    Commit,
+}
+
+impl RecordKind {
+    fn to_byte(self) -> u8 {
+        match self {
+            RecordKind::Message(Operation::Insert) => 1,
+            RecordKind::Message(Operation::Update) => 2,
+            RecordKind::Message(Operation::Delete) => 3,
+            RecordKind::Commit => 4,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => RecordKind::Message(Operation::Insert),
+            2 => RecordKind::Message(Operation::Update),
+            3 => RecordKind::Message(Operation::Delete),
+            4 => RecordKind::Commit,
+            _ => return None,
+        })
+    }
+}
+
+/// One fixed-width record of a `.recs` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// The message's offset; for a commit, the offset of the transaction's last message.
+    pub offset: LogOffset,
+    /// Position in the chunk's `.json` file just after this message's bytes.
+    pub json_end: u64,
+    /// Position in the chunk's `.keys` file just after this message's key.
+    pub key_end: u64,
+    /// Message or commit.
+    pub kind: RecordKind,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+}
+
+impl Record {
+    /// Encodes the record; its checksum covers the header, `json` and `key` (empty for commits).
+    pub fn encode(&self, json: &[u8], key: &[u8]) -> [u8; RECORD_BYTES] {
+        let mut buf = [0u8; RECORD_BYTES];
+        buf[0..8].copy_from_slice(&self.offset.tx.to_le_bytes());
+        buf[8..16].copy_from_slice(&self.offset.op.to_le_bytes());
+        buf[16..24].copy_from_slice(&self.json_end.to_le_bytes());
+        buf[24..32].copy_from_slice(&self.key_end.to_le_bytes());
+        buf[32] = self.kind.to_byte();
+        buf[33] = self.flags;
+        let crc = record_crc(&buf, json, key);
+        buf[36..40].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes a record without checking its checksum; `None` if the kind byte is invalid.
+    pub fn decode(buf: &[u8]) -> Option<Record> {
+        assert_eq!(buf.len(), RECORD_BYTES);
+        Some(Record {
+            offset: LogOffset::new(u64_at(buf, 0), u64_at(buf, 8)),
+            json_end: u64_at(buf, 16),
+            key_end: u64_at(buf, 24),
+            kind: RecordKind::from_byte(buf[32])?,
+            flags: buf[33],
+        })
+    }
+
+    /// Whether the encoded record's checksum matches its header, `json` and `key`.
+    pub fn checksum_matches(buf: &[u8], json: &[u8], key: &[u8]) -> bool {
+        record_crc(buf, json, key) == u32::from_le_bytes(buf[36..40].try_into().unwrap())
+    }
+
+    /// Whether this record is a commit.
+    pub fn is_commit(&self) -> bool {
+        self.kind == RecordKind::Commit
+    }
+}
+
+fn record_crc(buf: &[u8], json: &[u8], key: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[0..36]);
+    h.update(json);
+    h.update(key);
+    h.finalize()
+}
+
+/// One fixed-width entry of the sparse `index`: a closed, committed, immutable chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkEntry {
+    /// Offset of the chunk's first message when it was written.
+    pub first: LogOffset,
+    /// Offset of the chunk's last message when it was written; reads of it end here.
+    pub last: LogOffset,
+    /// Bytes in the chunk's `.json` file.
+    pub json_len: u64,
+    /// Records in the chunk's `.recs` file.
+    pub record_count: u64,
+    /// Bytes in the chunk's `.keys` file.
+    pub keys_len: u64,
+    /// Rewrite generation: 0 as appended, +1 per compaction; part of the file names.
+    pub gen: u16,
+    /// `FLAG_SNAPSHOT_DONE` if the snapshot was complete at the chunk's end.
+    pub flags: u16,
+}
+
+impl ChunkEntry {
+    /// Encodes the entry with its checksum.
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut buf = [0u8; ENTRY_BYTES];
+        buf[0..8].copy_from_slice(&self.first.tx.to_le_bytes());
+        buf[8..16].copy_from_slice(&self.first.op.to_le_bytes());
+        buf[16..24].copy_from_slice(&self.last.tx.to_le_bytes());
+        buf[24..32].copy_from_slice(&self.last.op.to_le_bytes());
+        buf[32..40].copy_from_slice(&self.json_len.to_le_bytes());
+        buf[40..48].copy_from_slice(&self.record_count.to_le_bytes());
+        buf[48..56].copy_from_slice(&self.keys_len.to_le_bytes());
+        buf[56..58].copy_from_slice(&self.gen.to_le_bytes());
+        buf[58..60].copy_from_slice(&self.flags.to_le_bytes());
+        let crc = crc32fast::hash(&buf[0..60]);
+        buf[60..64].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes an entry; `None` if its checksum does not match or its offsets are reversed.
+    pub fn decode(buf: &[u8]) -> Option<ChunkEntry> {
+        assert_eq!(buf.len(), ENTRY_BYTES);
+        if crc32fast::hash(&buf[0..60]) != u32::from_le_bytes(buf[60..64].try_into().unwrap()) {
+            return None;
+        }
+        let entry = ChunkEntry {
+            first: LogOffset::new(u64_at(buf, 0), u64_at(buf, 8)),
+            last: LogOffset::new(u64_at(buf, 16), u64_at(buf, 24)),
+            json_len: u64_at(buf, 32),
+            record_count: u64_at(buf, 40),
+            keys_len: u64_at(buf, 48),
+            gen: u16::from_le_bytes(buf[56..58].try_into().unwrap()),
+            flags: u16::from_le_bytes(buf[58..60].try_into().unwrap()),
+        };
+        (entry.first <= entry.last).then_some(entry)
+    }
+}
+
+/// The shape header: format version and the chunk threshold the shape was created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShapeMeta {
+    /// Chunks close once their JSON reaches this many bytes.
+    pub chunk_bytes_max: u64,
+}
+
+impl ShapeMeta {
+    /// Encodes the header with magic, version and checksum.
+    pub fn encode(&self) -> [u8; META_BYTES] {
+        let mut buf = [0u8; META_BYTES];
+        buf[0..8].copy_from_slice(&META_MAGIC);
+        buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        buf[16..24].copy_from_slice(&self.chunk_bytes_max.to_le_bytes());
+        let crc = crc32fast::hash(&buf[0..60]);
+        buf[60..64].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes a header, or says what is wrong with it.
+    pub fn decode(buf: &[u8]) -> Result<ShapeMeta, String> {
+        if buf.len() != META_BYTES {
+            return Err(format!(
+                "header is {} bytes, expected {META_BYTES}",
+                buf.len()
+            ));
+        }
+        if buf[0..8] != META_MAGIC {
+            return Err("bad magic".into());
+        }
+        if crc32fast::hash(&buf[0..60]) != u32::from_le_bytes(buf[60..64].try_into().unwrap()) {
+            return Err("header checksum mismatch".into());
+        }
+        let version = u32::from_le_bytes(buf[8..12].try_into().unwrap());
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}, expected {FORMAT_VERSION}"
+            ));
+        }
+        let chunk_bytes_max = u64_at(buf, 16);
+        if chunk_bytes_max == 0 {
+            return Err("chunk_bytes_max is 0".into());
+        }
+        Ok(ShapeMeta { chunk_bytes_max })
+    }
+}
+
+/// The three files of one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkFile {
+    /// Concatenated JSON bytes of the chunk's messages.
+    Json,
+    /// Fixed-width records.
+    Recs,
+    /// Concatenated message keys.
+    Keys,
+}
+
+impl ChunkFile {
+    /// All three, in the order a flush writes them (records last).
+    pub const ALL: [ChunkFile; 3] = [ChunkFile::Json, ChunkFile::Keys, ChunkFile::Recs];
+
+    fn extension(self) -> &'static str {
+        match self {
+            ChunkFile::Json => "json",
+            ChunkFile::Recs => "recs",
+            ChunkFile::Keys => "keys",
+        }
+    }
+}
+
+/// Path of one file of chunk `seq`, generation `gen`: `<seq:010>-<gen>.<ext>`.
+pub fn chunk_path(dir: &Path, seq: u64, gen: u16, file: ChunkFile) -> PathBuf {
+    dir.join(format!("{seq:010}-{gen}.{}", file.extension()))
+}
+
+/// Parses a chunk file name back into `(seq, gen)`; `None` for any other name.
+pub fn parse_chunk_name(name: &str) -> Option<(u64, u16)> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    if !["json", "recs", "keys"].contains(&ext) {
+        return None;
+    }
+    let (seq, gen) = stem.split_once('-')?;
+    if seq.len() != 10 {
+        return None;
+    }
+    Some((seq.parse().ok()?, gen.parse().ok()?))
+}
+
+fn u64_at(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_detects_damage() {
+        let rec = Record {
+            offset: LogOffset::new(7, 3),
+            json_end: 120,
+            key_end: 9,
+            kind: RecordKind::Message(Operation::Update),
+            flags: FLAG_MERGED,
+        };
+        let buf = rec.encode(b"{\"a\":1}", b"k");
+        assert_eq!(Record::decode(&buf), Some(rec));
+        assert!(Record::checksum_matches(&buf, b"{\"a\":1}", b"k"));
+        assert!(!Record::checksum_matches(&buf, b"{\"a\":2}", b"k"));
+        let mut torn = buf;
+        torn[5] ^= 1;
+        assert!(!Record::checksum_matches(&torn, b"{\"a\":1}", b"k"));
+    }
+
+    #[test]
+    fn entry_round_trips_and_rejects_bad_checksum() {
+        let entry = ChunkEntry {
+            first: LogOffset::new(1, 0),
+            last: LogOffset::new(5, 8),
+            json_len: 10_000,
+            record_count: 60,
+            keys_len: 300,
+            gen: 2,
+            flags: FLAG_SNAPSHOT_DONE as u16,
+        };
+        let mut buf = entry.encode();
+        assert_eq!(ChunkEntry::decode(&buf), Some(entry));
+        buf[33] ^= 0x40;
+        assert_eq!(ChunkEntry::decode(&buf), None);
+    }
+
+    #[test]
+    fn meta_round_trips() {
+        let meta = ShapeMeta {
+            chunk_bytes_max: 10_000,
+        };
+        assert_eq!(ShapeMeta::decode(&meta.encode()), Ok(meta));
+        assert!(ShapeMeta::decode(&[0u8; META_BYTES]).is_err());
+    }
+
+    #[test]
+    fn chunk_names_round_trip() {
+        let path = chunk_path(Path::new("/x"), 42, 3, ChunkFile::Recs);
+        assert_eq!(path, Path::new("/x/0000000042-3.recs"));
+        assert_eq!(parse_chunk_name("0000000042-3.recs"), Some((42, 3)));
+        assert_eq!(parse_chunk_name("index"), None);
+        assert_eq!(parse_chunk_name("42-3.recs"), None);
+    }
+}

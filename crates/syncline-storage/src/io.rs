@@ -1,0 +1,208 @@
+//! The writer's only way to change files, so every write boundary can be observed and stopped.
+//!
+//! Each mutating system call (write, fdatasync, create, rename, truncate, remove, directory
+//! fsync) is one *boundary*. A [`FaultPlan`] counts boundaries, can make the writer fail at a
+//! chosen one (a crash at that point), and remembers what reached the disk so that
+//! [`FaultPlan::simulate_power_loss`] can throw away exactly what was never synced.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{io_err, Result};
+
+/// Counts the writer's write boundaries, optionally stops it at one, and tracks unsynced data.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    stop_at: Option<u64>,
+    passed: AtomicU64,
+    files: Mutex<HashMap<PathBuf, Tracked>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    len: u64,
+    synced_len: u64,
+    dir_synced: bool,
+}
+
+impl FaultPlan {
+    /// A plan that never fails; use it to count boundaries and to simulate power loss.
+    pub fn unlimited() -> Arc<Self> {
+        Arc::new(FaultPlan::default())
+    }
+
+    /// A plan under which boundary number `boundary` (0-based) and every later one fail.
+    pub fn stop_at(boundary: u64) -> Arc<Self> {
+        Arc::new(FaultPlan {
+            stop_at: Some(boundary),
+            ..FaultPlan::default()
+        })
+    }
+
+    /// How many boundaries were reached so far (including failed ones).
+    pub fn boundaries(&self) -> u64 {
+        self.passed.load(Ordering::SeqCst)
+    }
+
+    /// Makes the files look as after a power cut: files created since their directory was last
+    /// synced disappear, and each file keeps its synced bytes plus `keep(unsynced_len)` of the
+    /// bytes written after its last sync (a prefix, as writeback may have reached the disk).
+    pub fn simulate_power_loss(&self, mut keep: impl FnMut(u64) -> u64) -> io::Result<()> {
+        let mut files = self.files.lock().unwrap();
+        for (path, t) in files.drain() {
+            if !path.exists() {
+                continue;
+            }
+            if !t.dir_synced {
+                fs::remove_file(&path)?;
+                continue;
+            }
+            let unsynced = t.len.saturating_sub(t.synced_len);
+            let kept = keep(unsynced).min(unsynced);
+            OpenOptions::new()
+                .write(true)
+                .open(&path)?
+                .set_len(t.synced_len + kept)?;
+        }
+        Ok(())
+    }
+
+    fn boundary(&self) -> io::Result<()> {
+        let n = self.passed.fetch_add(1, Ordering::SeqCst);
+        match self.stop_at {
+            Some(stop) if n >= stop => Err(io::Error::other(format!(
+                "injected fault at write boundary {n}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn track(&self, path: &Path, update: impl FnOnce(&mut Tracked)) {
+        let mut files = self.files.lock().unwrap();
+        let t = files.entry(path.to_path_buf()).or_insert_with(|| {
+            let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            Tracked {
+                len,
+                synced_len: len,
+                dir_synced: true,
+            }
+        });
+        update(t);
+    }
+}
+
+/// The writer's file operations, each one a boundary of the optional [`FaultPlan`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Io {
+    plan: Option<Arc<FaultPlan>>,
+}
+
+impl Io {
+    pub fn new(plan: Option<Arc<FaultPlan>>) -> Self {
+        Io { plan }
+    }
+
+    fn boundary(&self, path: &Path) -> Result<()> {
+        match &self.plan {
+            Some(plan) => plan.boundary().map_err(io_err(path)),
+            None => Ok(()),
+        }
+    }
+
+    fn track(&self, path: &Path, update: impl FnOnce(&mut Tracked)) {
+        if let Some(plan) = &self.plan {
+            plan.track(path, update);
+        }
+    }
+
+    /// Creates a new, empty file (it must not exist) open for reading and writing.
+    pub fn create(&self, path: &Path) -> Result<File> {
+        self.boundary(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        self.track(path, |t| {
+            *t = Tracked {
+                len: 0,
+                synced_len: 0,
+                dir_synced: false,
+            }
+        });
+        Ok(file)
+    }
+
+    /// Writes all of `buf` at `pos`.
+    pub fn write_at(&self, file: &File, path: &Path, pos: u64, buf: &[u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.boundary(path)?;
+        file.write_all_at(buf, pos).map_err(io_err(path))?;
+        let end = pos + buf.len() as u64;
+        self.track(path, |t| t.len = t.len.max(end));
+        Ok(())
+    }
+
+    /// `fdatasync`: the file's data and the metadata needed to read it back are durable.
+    pub fn sync_data(&self, file: &File, path: &Path) -> Result<()> {
+        self.boundary(path)?;
+        file.sync_data().map_err(io_err(path))?;
+        self.track(path, |t| t.synced_len = t.len);
+        Ok(())
+    }
+
+    /// Cuts a file to `len` bytes and syncs it.
+    pub fn truncate(&self, file: &File, path: &Path, len: u64) -> Result<()> {
+        self.boundary(path)?;
+        file.set_len(len).map_err(io_err(path))?;
+        self.track(path, |t| t.len = len);
+        self.sync_data(file, path)
+    }
+
+    /// `fsync` of a directory: entries created, renamed or removed in it are durable.
+    pub fn sync_dir(&self, dir: &Path) -> Result<()> {
+        self.boundary(dir)?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir))?;
+        if let Some(plan) = &self.plan {
+            for (path, t) in plan.files.lock().unwrap().iter_mut() {
+                if path.parent() == Some(dir) {
+                    t.dir_synced = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Atomically renames `from` over `to` (same directory).
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.boundary(from)?;
+        fs::rename(from, to).map_err(io_err(from))?;
+        if let Some(plan) = &self.plan {
+            let mut files = plan.files.lock().unwrap();
+            if let Some(t) = files.remove(from) {
+                files.insert(to.to_path_buf(), t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a file.
+    pub fn remove_file(&self, path: &Path) -> Result<()> {
+        self.boundary(path)?;
+        fs::remove_file(path).map_err(io_err(path))?;
+        if let Some(plan) = &self.plan {
+            plan.files.lock().unwrap().remove(path);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,38 @@
+//! Syncline's shape-log storage engine.
+//!
+//! Each shape is a directory of chunks. A chunk holds its messages' JSON bytes back to back in
+//! one file (so a response body is one contiguous file range), fixed-width records with offsets
+//! and positions in a second, and keys in a third. Closed chunks are immutable and listed in a
+//! sparse index of fixed-width entries. One [`Writer`] per shape appends, commits and flushes
+//! in batches; any number of [`Reader`]s, in any process, read through the files alone.
+//! `docs/storage-format.md` specifies the layout, the write order and recovery.
+//!
+//! **Invariant:** this crate knows nothing of Postgres or HTTP: it stores opaque JSON bytes
+//! addressed by [`LogOffset`], with a key and an [`Operation`] used only by compaction.
+
+mod chunk;
+mod compaction;
+mod error;
+mod format;
+mod index;
+mod io;
+mod message;
+mod reader;
+mod recovery;
+mod store;
+mod writer;
+
+pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
+pub use error::{Result, StorageError};
+pub use io::FaultPlan;
+pub use message::{Message, Operation};
+pub use reader::{FileRange, ReadResult, Reader};
+pub use store::{
+    Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX,
+    WRITE_BUFFER_BYTES_MAX_DEFAULT,
+};
+pub use syncline_core::LogOffset;
+pub use writer::Writer;
+
+/// Longest message key, in bytes.
+pub const KEY_BYTES_MAX: usize = 64 * 1024;

@@ -1,0 +1,169 @@
+//! The storage root: creating, opening, listing and deleting shapes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::chunk::OpenChunk;
+use crate::error::{io_err, Result, StorageError};
+use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
+use crate::io::{FaultPlan, Io};
+use crate::reader::Reader;
+use crate::recovery::{lock_shape, open_writer, read_meta};
+use crate::writer::Writer;
+
+/// Default JSON bytes after which a chunk closes (10 MiB, Electric's default).
+pub const CHUNK_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
+/// Default bytes a writer buffers before writing them to its files (without syncing).
+pub const WRITE_BUFFER_BYTES_MAX_DEFAULT: usize = 256 * 1024;
+/// Longest shape id, in bytes.
+pub const SHAPE_ID_BYTES_MAX: usize = 200;
+
+/// Settings of a writer.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// JSON bytes after which a chunk closes; used when the shape is created, then fixed in
+    /// its header.
+    pub chunk_bytes_max: u64,
+    /// Bytes buffered in memory before they are written to the files.
+    pub write_buffer_bytes_max: usize,
+    /// Crash testing: counts and can stop every write boundary.
+    pub fault_plan: Option<Arc<FaultPlan>>,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            chunk_bytes_max: CHUNK_BYTES_MAX_DEFAULT,
+            write_buffer_bytes_max: WRITE_BUFFER_BYTES_MAX_DEFAULT,
+            fault_plan: None,
+        }
+    }
+}
+
+/// A directory holding one subdirectory per shape.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the storage root at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io_err(&root))?;
+        Ok(Store { root })
+    }
+
+    /// Opens an existing storage root without creating or changing anything (for readers).
+    pub fn open_read_only(root: impl Into<PathBuf>) -> Result<Store> {
+        let root = root.into();
+        fs::metadata(&root).map_err(io_err(&root))?;
+        Ok(Store { root })
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates a shape's storage and returns its writer. The shape appears atomically: it is
+    /// built in a hidden directory, synced, then renamed into place.
+    pub fn create_shape(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
+        let dir = self.shape_dir(shape)?;
+        if dir.exists() {
+            return Err(StorageError::ShapeExists(shape.into()));
+        }
+        assert!(
+            options.chunk_bytes_max > 0,
+            "chunk_bytes_max must be positive"
+        );
+        let io = Io::new(options.fault_plan.clone());
+        let tmp = self.root.join(format!(".creating-{shape}"));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+        }
+        fs::create_dir(&tmp).map_err(io_err(&tmp))?;
+        let meta_path = tmp.join(META_FILE);
+        let meta = io.create(&meta_path)?;
+        io.write_at(
+            &meta,
+            &meta_path,
+            0,
+            &ShapeMeta {
+                chunk_bytes_max: options.chunk_bytes_max,
+            }
+            .encode(),
+        )?;
+        io.sync_data(&meta, &meta_path)?;
+        let index_path = tmp.join(INDEX_FILE);
+        let index = io.create(&index_path)?;
+        io.sync_data(&index, &index_path)?;
+        OpenChunk::create(&io, &tmp, 0)?.write_and_sync(&io)?;
+        io.sync_dir(&tmp)?;
+        io.rename(&tmp, &dir)?;
+        io.sync_dir(&self.root)?;
+        open_writer(&dir, shape, options)
+    }
+
+    /// Opens an existing shape for writing, first cutting it back to its last durable commit.
+    pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
+        open_writer(&self.shape_dir(shape)?, shape, options)
+    }
+
+    /// Opens a reader of a shape; works on a read-only storage root and beside a live writer.
+    pub fn open_reader(&self, shape: &str) -> Result<Reader> {
+        let dir = self.shape_dir(shape)?;
+        let meta = dir.join(META_FILE);
+        if !meta.exists() {
+            return Err(StorageError::ShapeNotFound(shape.into()));
+        }
+        read_meta(&meta)?;
+        Ok(Reader::new(dir))
+    }
+
+    /// Deletes a shape that has no writer. Readers with open files keep reading them.
+    pub fn delete_shape(&self, shape: &str) -> Result<()> {
+        let dir = self.shape_dir(shape)?;
+        let _lock = lock_shape(&dir, shape)?;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let doomed = self.root.join(format!(".deleting-{shape}-{nanos}"));
+        fs::rename(&dir, &doomed).map_err(io_err(&dir))?;
+        Io::default().sync_dir(&self.root)?;
+        fs::remove_dir_all(&doomed).map_err(io_err(&doomed))
+    }
+
+    /// Ids of the stored shapes, from directory names alone (nothing is opened or loaded).
+    pub fn list_shapes(&self) -> Result<Vec<String>> {
+        let mut shapes = Vec::new();
+        for dirent in fs::read_dir(&self.root).map_err(io_err(&self.root))? {
+            let dirent = dirent.map_err(io_err(&self.root))?;
+            let name = dirent.file_name().to_string_lossy().into_owned();
+            if valid_shape_id(&name) && dirent.file_type().map_err(io_err(dirent.path()))?.is_dir()
+            {
+                shapes.push(name);
+            }
+        }
+        shapes.sort();
+        Ok(shapes)
+    }
+
+    fn shape_dir(&self, shape: &str) -> Result<PathBuf> {
+        if !valid_shape_id(shape) {
+            return Err(StorageError::InvalidShapeId(shape.into()));
+        }
+        Ok(self.root.join(shape))
+    }
+}
+
+fn valid_shape_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= SHAPE_ID_BYTES_MAX
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}

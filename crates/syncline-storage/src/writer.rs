@@ -1,0 +1,210 @@
+//! The single writer of a shape log: buffered appends, commits, batched durable flushes.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use syncline_core::LogOffset;
+
+use crate::chunk::OpenChunk;
+use crate::error::{Result, StorageError};
+use crate::format::{ChunkEntry, RecordKind, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, INDEX_FILE};
+use crate::io::Io;
+use crate::message::Message;
+use crate::KEY_BYTES_MAX;
+
+/// Appends to one shape log. Only one exists per shape at a time, across processes (it holds an
+/// exclusive `flock` on `shape.meta`); readers never wait for it and it never waits for them.
+///
+/// Appended messages become visible to readers and durable only at [`Writer::flush`], and only
+/// up to the last [`Writer::commit`]. After any I/O error the writer refuses further work
+/// ([`StorageError::Poisoned`]); reopening the shape recovers to the last durable commit.
+#[derive(Debug)]
+pub struct Writer {
+    pub(crate) dir: PathBuf,
+    pub(crate) io: Io,
+    pub(crate) _lock: File,
+    pub(crate) chunk_bytes_max: u64,
+    pub(crate) write_buffer_bytes_max: usize,
+    pub(crate) index: File,
+    /// Entries durable in the index file, in chunk order.
+    pub(crate) indexed: Vec<ChunkEntry>,
+    pub(crate) tail: OpenChunk,
+    /// Closed chunks whose content is not all committed yet.
+    pub(crate) closed_pending: Vec<ChunkEntry>,
+    /// Closed, committed chunks whose index entries the next flush appends.
+    pub(crate) closed_committed: Vec<ChunkEntry>,
+    pub(crate) last_appended: Option<LogOffset>,
+    pub(crate) last_committed: Option<LogOffset>,
+    pub(crate) durable: Option<LogOffset>,
+    pub(crate) txn_open: bool,
+    pub(crate) snapshot_done: bool,
+    /// Whether files were created since the directory was last synced.
+    pub(crate) dir_dirty: bool,
+    pub(crate) poisoned: bool,
+}
+
+impl Writer {
+    /// Buffers messages of the current transaction, in strictly increasing offset order.
+    ///
+    /// A transaction may arrive in any number of calls; buffers are written to the files (not
+    /// synced) whenever they pass the write-buffer bound, so a huge transaction streams through.
+    pub fn append(&mut self, messages: &[Message<'_>]) -> Result<()> {
+        let mut last = self.last_appended;
+        for m in messages {
+            if m.key.len() > KEY_BYTES_MAX {
+                return Err(StorageError::KeyTooLong(m.key.len()));
+            }
+            if let Some(last) = last.filter(|&l| m.offset <= l) {
+                return Err(StorageError::OffsetNotIncreasing {
+                    offset: m.offset,
+                    last,
+                });
+            }
+            last = Some(m.offset);
+        }
+        self.guarded(|w| {
+            for m in messages {
+                if w.tail.json_len() >= w.chunk_bytes_max && w.tail.record_count() > 0 {
+                    w.roll_over()?;
+                }
+                w.tail
+                    .push(m.offset, RecordKind::Message(m.op), 0, m.json, m.key);
+                w.last_appended = Some(m.offset);
+                w.txn_open = true;
+                if w.tail.buffered_bytes() >= w.write_buffer_bytes_max {
+                    w.tail.write_out(&w.io)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the current transaction; it becomes visible and durable at the next flush.
+    /// Does nothing when no message was appended since the last commit.
+    pub fn commit(&mut self) -> Result<()> {
+        if !self.txn_open {
+            return Ok(());
+        }
+        self.guarded(|w| {
+            w.push_commit();
+            Ok(())
+        })
+    }
+
+    /// Marks the initial snapshot complete (committing any open transaction with it); readers
+    /// learn it from the files after the next flush.
+    pub fn complete_snapshot(&mut self) -> Result<()> {
+        self.guarded(|w| {
+            w.snapshot_done = true;
+            w.push_commit();
+            Ok(())
+        })
+    }
+
+    /// Writes everything buffered, makes every commit so far durable (data files, new directory
+    /// entries, then index entries, each synced) and returns the last durable committed offset.
+    pub fn flush(&mut self) -> Result<Option<LogOffset>> {
+        self.guarded(|w| {
+            let committed = w.last_committed;
+            w.tail.write_and_sync(&w.io)?;
+            if w.dir_dirty {
+                w.io.sync_dir(&w.dir)?;
+                w.dir_dirty = false;
+            }
+            w.append_index_entries()?;
+            w.durable = committed;
+            Ok(committed)
+        })
+    }
+
+    /// The last committed offset made durable by a flush (or found by recovery).
+    pub fn durable_offset(&self) -> Option<LogOffset> {
+        self.durable
+    }
+
+    /// The last committed offset, durable or not.
+    pub fn last_committed(&self) -> Option<LogOffset> {
+        self.last_committed
+    }
+
+    /// The last appended offset, committed or not.
+    pub fn last_appended(&self) -> Option<LogOffset> {
+        self.last_appended
+    }
+
+    /// Whether [`Writer::complete_snapshot`] was called on this shape.
+    pub fn snapshot_complete(&self) -> bool {
+        self.snapshot_done
+    }
+
+    /// Bytes appended but not yet written to the files; callers flush when this grows.
+    pub fn buffered_bytes(&self) -> usize {
+        self.tail.buffered_bytes()
+    }
+
+    /// The shape's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs `f`, and stops the writer for good if it fails on I/O or finds corruption.
+    pub(crate) fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        let result = f(self);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    fn snapshot_flags(&self) -> u8 {
+        if self.snapshot_done {
+            FLAG_SNAPSHOT_DONE
+        } else {
+            0
+        }
+    }
+
+    fn push_commit(&mut self) {
+        let offset = self.last_appended.unwrap_or(LogOffset::ZERO);
+        self.tail
+            .push(offset, RecordKind::Commit, self.snapshot_flags(), &[], &[]);
+        self.closed_committed.append(&mut self.closed_pending);
+        self.last_committed = self.last_appended;
+        self.txn_open = false;
+    }
+
+    /// Closes the full tail chunk (its files synced, immutable from now on) and opens the next.
+    fn roll_over(&mut self) -> Result<()> {
+        self.tail.write_and_sync(&self.io)?;
+        let entry = self.tail.entry(u16::from(self.snapshot_flags()));
+        if self.tail.last_is_commit {
+            self.closed_committed.push(entry);
+        } else {
+            self.closed_pending.push(entry);
+        }
+        self.tail = OpenChunk::create(&self.io, &self.dir, self.tail.seq + 1)?;
+        self.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Appends the index entries of closed, committed chunks and syncs the index.
+    fn append_index_entries(&mut self) -> Result<()> {
+        if self.closed_committed.is_empty() {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = self
+            .closed_committed
+            .iter()
+            .flat_map(|e| e.encode())
+            .collect();
+        let path = self.dir.join(INDEX_FILE);
+        let pos = (self.indexed.len() * ENTRY_BYTES) as u64;
+        self.io.write_at(&self.index, &path, pos, &bytes)?;
+        self.io.sync_data(&self.index, &path)?;
+        self.indexed.append(&mut self.closed_committed);
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! The API end to end: create, append, commit, flush, read, reopen, list, delete.
+
+mod common;
+
+use common::{lines_of, read_all, Owned};
+use syncline_storage::{LogOffset, Operation, StorageError, Store, WriterOptions};
+
+fn small_chunks() -> WriterOptions {
+    WriterOptions {
+        chunk_bytes_max: 10_000,
+        ..WriterOptions::default()
+    }
+}
+
+fn txn(tx: u64, ops: u64) -> Vec<Owned> {
+    (0..ops)
+        .map(|op| {
+            let kind = if op % 3 == 0 {
+                Operation::Insert
+            } else {
+                Operation::Update
+            };
+            Owned::new(
+                LogOffset::new(tx, op * 2),
+                &format!("\"public\".\"items\"/\"{}\"", op % 7),
+                kind,
+                &"x".repeat(150),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn reads_back_exactly_what_was_committed_across_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s1", &small_chunks()).unwrap();
+    let mut all = Vec::new();
+    for tx in 1..=40 {
+        let msgs = txn(tx, 1 + tx % 9);
+        let refs: Vec<_> = msgs.iter().map(Owned::as_message).collect();
+        w.append(&refs).unwrap();
+        w.commit().unwrap();
+        all.extend(msgs);
+        if tx % 5 == 0 {
+            assert_eq!(w.flush().unwrap(), Some(all.last().unwrap().offset));
+        }
+    }
+    let mut r = store.open_reader("s1").unwrap();
+    let (lines, responses) = read_all(&mut r, None);
+    assert_eq!(lines, lines_of(&all));
+    assert!(
+        responses > 3,
+        "10,000-byte chunks split the log: {responses} responses"
+    );
+    assert!(r.closed_chunks().unwrap() >= 3);
+    for (i, m) in all.iter().enumerate().step_by(13) {
+        let (lines, _) = read_all(&mut r, Some(m.offset));
+        assert_eq!(lines, lines_of(&all[i + 1..]), "from {}", m.offset);
+    }
+}
+
+#[test]
+fn uncommitted_and_unflushed_data_is_invisible() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &WriterOptions::default()).unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    let first = txn(5, 3);
+    w.append(&first.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.flush().unwrap();
+    let empty = r.read(None).unwrap();
+    assert!(empty.body.is_none() && empty.up_to_date && empty.end_offset.is_none());
+    w.commit().unwrap();
+    assert!(
+        r.read(None).unwrap().body.is_none(),
+        "committed but not flushed"
+    );
+    assert_eq!(w.flush().unwrap(), Some(LogOffset::new(5, 4)));
+    let got = r.read(None).unwrap();
+    assert_eq!(got.end_offset, Some(LogOffset::new(5, 4)));
+    assert_eq!(
+        got.body.unwrap().read_to_vec().unwrap(),
+        first
+            .iter()
+            .flat_map(|m| m.json.clone())
+            .collect::<Vec<_>>()
+    );
+    let at_end = r.read(Some(LogOffset::new(5, 4))).unwrap();
+    assert!(at_end.body.is_none() && at_end.up_to_date);
+    assert_eq!(at_end.end_offset, Some(LogOffset::new(5, 4)));
+}
+
+#[test]
+fn reopen_continues_after_the_last_commit_and_drops_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let mut committed = Vec::new();
+    for tx in 1..=30 {
+        let msgs = txn(tx, 4);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        committed.extend(msgs);
+    }
+    let open_txn = txn(31, 4);
+    w.append(&open_txn.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.flush().unwrap();
+    drop(w);
+    let mut w = store.open_writer("s", &WriterOptions::default()).unwrap();
+    assert_eq!(w.durable_offset(), Some(LogOffset::new(30, 6)));
+    let again = txn(31, 2);
+    w.append(&again.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+    w.flush().unwrap();
+    committed.extend(again);
+    let (lines, _) = read_all(&mut store.open_reader("s").unwrap(), None);
+    assert_eq!(lines, lines_of(&committed));
+}
+
+#[test]
+fn one_writer_per_shape_and_offsets_must_increase() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &WriterOptions::default()).unwrap();
+    assert!(matches!(
+        store.open_writer("s", &WriterOptions::default()),
+        Err(StorageError::WriterBusy(_))
+    ));
+    assert!(matches!(
+        store.delete_shape("s"),
+        Err(StorageError::WriterBusy(_))
+    ));
+    let m = Owned::new(LogOffset::new(3, 0), "k", Operation::Insert, "v");
+    w.append(&[m.as_message()]).unwrap();
+    let back = Owned::new(LogOffset::new(2, 0), "k", Operation::Insert, "v");
+    assert!(matches!(
+        w.append(&[back.as_message()]),
+        Err(StorageError::OffsetNotIncreasing { .. })
+    ));
+    assert!(matches!(
+        store.create_shape("s", &WriterOptions::default()),
+        Err(StorageError::ShapeExists(_))
+    ));
+    assert!(matches!(
+        store.open_reader("../x"),
+        Err(StorageError::InvalidShapeId(_))
+    ));
+}
+
+#[test]
+fn lists_and_deletes_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in ["b", "a", "c-1"] {
+        drop(store.create_shape(id, &WriterOptions::default()).unwrap());
+    }
+    assert_eq!(store.list_shapes().unwrap(), ["a", "b", "c-1"]);
+    store.delete_shape("b").unwrap();
+    assert_eq!(store.list_shapes().unwrap(), ["a", "c-1"]);
+    assert!(matches!(
+        store.open_reader("b"),
+        Err(StorageError::ShapeNotFound(_))
+    ));
+    assert!(matches!(
+        store.open_writer("b", &WriterOptions::default()),
+        Err(StorageError::ShapeNotFound(_))
+    ));
+}
+
+#[test]
+fn snapshot_chunks_are_readable_while_being_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    let rows: Vec<Owned> = (0..300)
+        .map(|i| {
+            Owned::new(
+                LogOffset::new(0, i),
+                &format!("k{i}"),
+                Operation::Insert,
+                &"r".repeat(100),
+            )
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let mut at = None;
+    for batch in rows.chunks(50) {
+        w.append(&batch.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        w.flush().unwrap();
+        let (lines, _) = read_all(&mut r, at);
+        assert!(!r.read(at).unwrap().snapshot_complete);
+        at = lines.last().map(|l| common::parse_line(l).0).or(at);
+        seen.extend(lines);
+    }
+    w.complete_snapshot().unwrap();
+    w.flush().unwrap();
+    assert!(r.read(at).unwrap().snapshot_complete);
+    assert_eq!(seen, lines_of(&rows));
+    drop(w);
+    assert!(store
+        .open_writer("s", &WriterOptions::default())
+        .unwrap()
+        .snapshot_complete());
+}
+
+#[test]
+fn a_huge_transaction_streams_through_bounded_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = WriterOptions {
+        chunk_bytes_max: 10_000,
+        write_buffer_bytes_max: 4096,
+        ..WriterOptions::default()
+    };
+    let mut w = store.create_shape("s", &options).unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    let mut all = Vec::new();
+    for piece in 0..50u64 {
+        let msgs: Vec<Owned> = (0..20)
+            .map(|i| {
+                Owned::new(
+                    LogOffset::new(9, piece * 20 + i),
+                    &format!("k{i}"),
+                    Operation::Insert,
+                    &"z".repeat(200),
+                )
+            })
+            .collect();
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        assert!(w.buffered_bytes() < 4096 + 512, "buffer stays bounded");
+        all.extend(msgs);
+    }
+    w.flush().unwrap();
+    assert!(
+        read_all(&mut r, None).0.is_empty(),
+        "nothing visible before commit"
+    );
+    w.commit().unwrap();
+    w.flush().unwrap();
+    assert_eq!(read_all(&mut r, None).0, lines_of(&all));
+}

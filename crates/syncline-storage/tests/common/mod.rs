@@ -1,0 +1,95 @@
+//! Helpers shared by the integration tests: test messages and whole-log reads.
+#![allow(dead_code)]
+
+use syncline_storage::{LogOffset, Operation, Reader};
+
+/// One test message, owning its bytes. Its JSON is one line: `<tx>_<op> <op> <key> <value>\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    pub offset: LogOffset,
+    pub key: Vec<u8>,
+    pub op: Operation,
+    pub json: Vec<u8>,
+}
+
+impl Owned {
+    pub fn new(offset: LogOffset, key: &str, op: Operation, value: &str) -> Self {
+        let tag = match op {
+            Operation::Insert => 'i',
+            Operation::Update => 'u',
+            Operation::Delete => 'd',
+        };
+        let json = format!("{offset} {tag} {key} {value}\n").into_bytes();
+        Owned {
+            offset,
+            key: key.as_bytes().to_vec(),
+            op,
+            json,
+        }
+    }
+
+    pub fn as_message(&self) -> syncline_storage::Message<'_> {
+        syncline_storage::Message {
+            offset: self.offset,
+            key: &self.key,
+            op: self.op,
+            json: &self.json,
+        }
+    }
+}
+
+/// A parsed line of a read: offset text, op tag, key, value.
+pub fn parse_line(line: &[u8]) -> (LogOffset, char, String, String) {
+    let text = std::str::from_utf8(line).unwrap();
+    let mut parts = text.splitn(4, ' ');
+    let offset = parts.next().unwrap().parse().unwrap();
+    let tag = parts.next().unwrap().chars().next().unwrap();
+    let key = parts.next().unwrap().to_owned();
+    let value = parts.next().unwrap().to_owned();
+    (offset, tag, key, value)
+}
+
+/// Reads from `from` until up to date, checking every response; returns the message lines and
+/// the number of responses.
+pub fn read_all(reader: &mut Reader, from: Option<LogOffset>) -> (Vec<Vec<u8>>, usize) {
+    let mut lines = Vec::new();
+    let mut at = from;
+    let mut responses = 0;
+    loop {
+        let r = reader.read(at).unwrap();
+        responses += 1;
+        assert!(responses < 1_000_000, "read loop does not end");
+        if let Some(body) = &r.body {
+            let bytes = body.read_to_vec().unwrap();
+            assert!(bytes.ends_with(b"\n"), "a response ends at a message end");
+            for line in bytes[..bytes.len() - 1].split(|&b| b == b'\n') {
+                let (offset, ..) = parse_line(line);
+                assert!(
+                    at.is_none_or(|a| offset > a),
+                    "message {offset} not after read offset {at:?}"
+                );
+                assert!(
+                    r.end_offset.is_some_and(|e| offset <= e),
+                    "message {offset} past response end"
+                );
+                lines.push(line.to_vec());
+            }
+        }
+        if r.end_offset.is_some() && at.is_some() {
+            assert!(r.end_offset >= at, "end offset went backwards");
+        }
+        if r.up_to_date {
+            return (lines, responses);
+        }
+        assert!(r.chunk_closed);
+        assert!(r.end_offset > at, "a closed-chunk response must advance");
+        at = r.end_offset;
+    }
+}
+
+/// The lines `msgs` should read back as.
+pub fn lines_of(msgs: &[Owned]) -> Vec<Vec<u8>> {
+    msgs.iter()
+        .map(|m| m.json[..m.json.len() - 1].to_vec())
+        .collect()
+}
