@@ -51,8 +51,14 @@ impl FaultPlan {
 
     /// Makes the files look as after a power cut: files created since their directory was last
     /// synced disappear, and each file keeps its synced bytes plus `keep(unsynced_len)` of the
-    /// bytes written after its last sync (a prefix, as writeback may have reached the disk).
-    pub fn simulate_power_loss(&self, mut keep: impl FnMut(u64) -> u64) -> io::Result<()> {
+    /// bytes written after its last sync. With `hole`, the first `keep(kept)` of those kept bytes
+    /// read as zeros, as when later pages reached the disk but earlier ones did not.
+    /// A rename counts as reached the disk (its old-name outcome is the state before it).
+    pub fn simulate_power_loss(
+        &self,
+        hole: bool,
+        mut keep: impl FnMut(u64) -> u64,
+    ) -> io::Result<()> {
         let mut files = self.files.lock().unwrap();
         for (path, t) in files.drain() {
             if !path.exists() {
@@ -64,10 +70,12 @@ impl FaultPlan {
             }
             let unsynced = t.len.saturating_sub(t.synced_len);
             let kept = keep(unsynced).min(unsynced);
-            OpenOptions::new()
-                .write(true)
-                .open(&path)?
-                .set_len(t.synced_len + kept)?;
+            let file = OpenOptions::new().write(true).open(&path)?;
+            file.set_len(t.synced_len + kept)?;
+            if hole {
+                let zeros = keep(kept).min(kept);
+                file.write_all_at(&vec![0u8; zeros as usize], t.synced_len)?;
+            }
         }
         Ok(())
     }
@@ -190,7 +198,13 @@ impl Io {
         if let Some(plan) = &self.plan {
             let mut files = plan.files.lock().unwrap();
             if let Some(t) = files.remove(from) {
-                files.insert(to.to_path_buf(), t);
+                files.insert(
+                    to.to_path_buf(),
+                    Tracked {
+                        dir_synced: true,
+                        ..t
+                    },
+                );
             }
         }
         Ok(())

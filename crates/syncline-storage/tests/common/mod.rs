@@ -93,3 +93,46 @@ pub fn lines_of(msgs: &[Owned]) -> Vec<Vec<u8>> {
         .map(|m| m.json[..m.json.len() - 1].to_vec())
         .collect()
 }
+
+/// Transaction `t` (t ≥ 1) of the deterministic workload used by crash tests.
+pub fn workload_txn(t: u64) -> Vec<Owned> {
+    (0..t % 7 + 1)
+        .map(|i| {
+            let op = if i % 2 == 0 {
+                Operation::Insert
+            } else {
+                Operation::Update
+            };
+            let key = format!("\"public\".\"t\"/\"{}\"", (t * 31 + i) % 50);
+            Owned::new(
+                LogOffset::new(t, 2 * i),
+                &key,
+                op,
+                &format!("{t}-{i}-{}", "p".repeat(120)),
+            )
+        })
+        .collect()
+}
+
+/// Checks that `lines` are exactly workload transactions `1..=n` and returns `n`.
+pub fn committed_prefix(lines: &[Vec<u8>]) -> u64 {
+    let mut rest = lines;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let expected = lines_of(&workload_txn(n + 1));
+        assert!(
+            rest.len() >= expected.len(),
+            "transaction {} is cut short",
+            n + 1
+        );
+        assert_eq!(
+            &rest[..expected.len()],
+            &expected[..],
+            "transaction {} differs",
+            n + 1
+        );
+        rest = &rest[expected.len()..];
+        n += 1;
+    }
+    n
+}
