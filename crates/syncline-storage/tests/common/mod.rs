@@ -136,3 +136,52 @@ pub fn committed_prefix(lines: &[Vec<u8>]) -> u64 {
     }
     n
 }
+
+/// Rows by key, each a map of column to value: what a client builds from the log.
+pub type State = std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
+/// Encodes columns as a test message value: `c=v;c=v`.
+pub fn encode_columns(cols: &std::collections::BTreeMap<String, String>) -> String {
+    cols.iter()
+        .map(|(c, v)| format!("{c}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn decode_columns(value: &str) -> std::collections::BTreeMap<String, String> {
+    value
+        .split(';')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (c, v) = p.split_once('=').unwrap();
+            (c.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// Applies message lines to a state: insert sets the row, update merges columns, delete removes.
+pub fn apply(state: &mut State, lines: &[Vec<u8>]) {
+    for line in lines {
+        let (_, tag, key, value) = parse_line(line);
+        match tag {
+            'i' => {
+                state.insert(key, decode_columns(&value));
+            }
+            'u' => state.entry(key).or_default().extend(decode_columns(&value)),
+            'd' => {
+                state.remove(&key);
+            }
+            other => panic!("unknown tag {other}"),
+        }
+    }
+}
+
+/// The merge compaction uses in tests: the newer update's columns over the older's, keeping
+/// the newer message's offset, tag and key.
+pub fn merge_updates(older: &[u8], newer: &[u8]) -> Vec<u8> {
+    let (_, _, _, old_value) = parse_line(&older[..older.len() - 1]);
+    let (offset, tag, key, new_value) = parse_line(&newer[..newer.len() - 1]);
+    let mut cols = decode_columns(&old_value);
+    cols.extend(decode_columns(&new_value));
+    format!("{offset} {tag} {key} {}\n", encode_columns(&cols)).into_bytes()
+}
