@@ -1,0 +1,120 @@
+//! Constant folding as Postgres's planner does it (`eval_const_expressions`): strict operations
+//! with a NULL constant argument become NULL, constant operations are computed (an error there
+//! fails the clause, as it fails the query in Postgres), AND/OR drop or are decided by boolean
+//! constants. Matching the planner matters: a folded branch is never evaluated per row.
+
+use crate::error::EvalError;
+use crate::eval::eval_constant_checked;
+use crate::expr::Expr;
+use crate::value::Datum;
+
+/// Folds `expr` bottom-up.
+pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
+    let folded = match expr {
+        Expr::Op { op, args, ty } => {
+            let args = fold_all(args)?;
+            if args
+                .iter()
+                .any(|a| matches!(a, Expr::Const { value: None, .. }))
+            {
+                return Ok(Expr::constant(None, ty));
+            }
+            Expr::Op { op, args, ty }
+        }
+        Expr::And(args) => return logic(args, false),
+        Expr::Or(args) => return logic(args, true),
+        Expr::Not(arg) => Expr::Not(Box::new(fold(*arg)?)),
+        Expr::IsNull { arg, negated } => Expr::IsNull {
+            arg: Box::new(fold(*arg)?),
+            negated,
+        },
+        Expr::BoolTest { arg, test } => Expr::BoolTest {
+            arg: Box::new(fold(*arg)?),
+            test,
+        },
+        Expr::Distinct {
+            left,
+            right,
+            negated,
+        } => Expr::Distinct {
+            left: Box::new(fold(*left)?),
+            right: Box::new(fold(*right)?),
+            negated,
+        },
+        Expr::InList { arg, list, negated } => Expr::InList {
+            arg: Box::new(fold(*arg)?),
+            list: fold_all(list)?,
+            negated,
+        },
+        Expr::Quantified {
+            op,
+            left,
+            array,
+            all,
+        } => Expr::Quantified {
+            op,
+            left: Box::new(fold(*left)?),
+            array: Box::new(fold(*array)?),
+            all,
+        },
+        Expr::Coalesce { args, ty } => Expr::Coalesce {
+            args: fold_all(args)?,
+            ty,
+        },
+        Expr::MinMax { greatest, args, ty } => Expr::MinMax {
+            greatest,
+            args: fold_all(args)?,
+            ty,
+        },
+        Expr::Concat(args) => Expr::Concat(fold_all(args)?),
+        Expr::ArrayCtor { elems, ty } => Expr::ArrayCtor {
+            elems: fold_all(elems)?,
+            ty,
+        },
+        Expr::ArrayBuild { kind, args, ty } => Expr::ArrayBuild {
+            kind,
+            args: fold_all(args)?,
+            ty,
+        },
+        leaf @ (Expr::Const { .. } | Expr::Column { .. }) => return Ok(leaf),
+    };
+    if folded.columns().is_empty() {
+        let value = eval_constant_checked(&folded)?;
+        return Ok(Expr::constant(value, folded.ty().clone()));
+    }
+    Ok(folded)
+}
+
+fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {
+    args.into_iter().map(fold).collect()
+}
+
+/// AND (`decider` false) or OR (`decider` true): a constant equal to `decider` decides, the
+/// other boolean constant is dropped.
+fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
+    let mut kept = Vec::with_capacity(args.len());
+    for arg in args {
+        match fold(arg)? {
+            Expr::Const {
+                value: Some(Datum::Bool(b)),
+                ..
+            } if b == decider => {
+                return Ok(Expr::constant(
+                    Some(Datum::Bool(decider)),
+                    crate::types::Type::Bool,
+                ))
+            }
+            Expr::Const {
+                value: Some(Datum::Bool(_)),
+                ..
+            } => {}
+            other => kept.push(other),
+        }
+    }
+    Ok(match kept.len() {
+        0 => Expr::constant(Some(Datum::Bool(!decider)), crate::types::Type::Bool),
+        1 => kept.pop().unwrap_or_else(|| unreachable!()),
+        _ if decider => Expr::Or(kept),
+        _ => Expr::And(kept),
+    })
+}

@@ -1,0 +1,60 @@
+//! Errors of parsing and checking a where clause, and of evaluating it on a row.
+
+use thiserror::Error;
+
+/// Why a where clause was rejected, worded as Electric words it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct WhereError {
+    /// The complete message a client receives, e.g. `At location 17: syntax error at or near "x"`.
+    pub message: String,
+}
+
+impl WhereError {
+    /// A semantic error at a 0-based byte offset within the where text.
+    pub fn at(location: i32, message: impl Into<String>) -> WhereError {
+        WhereError {
+            message: format!("At location {}: {}", location.max(0), message.into()),
+        }
+    }
+
+    /// An error not tied to a position.
+    pub fn new(message: impl Into<String>) -> WhereError {
+        WhereError {
+            message: message.into(),
+        }
+    }
+}
+
+/// Why evaluating a checked expression on a row failed (Postgres would raise an error too).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EvalError {
+    /// A column value or constant is not valid input for its type.
+    #[error("invalid input syntax for type {type_name}: \"{text}\"")]
+    InvalidInput {
+        /// The target type.
+        type_name: String,
+        /// The offending text (truncated).
+        text: String,
+    },
+    /// Arithmetic left the range of the result type.
+    #[error("{0} out of range")]
+    OutOfRange(&'static str),
+    /// Division or modulo by zero.
+    #[error("division by zero")]
+    DivisionByZero,
+    /// Any other runtime error Postgres would raise, with its message.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl EvalError {
+    /// An invalid-input error for `type_name`, keeping at most 64 bytes of the text.
+    pub fn invalid(type_name: impl ToString, text: &[u8]) -> EvalError {
+        let cut = &text[..text.len().min(64)];
+        EvalError::InvalidInput {
+            type_name: type_name.to_string(),
+            text: String::from_utf8_lossy(cut).into_owned(),
+        }
+    }
+}

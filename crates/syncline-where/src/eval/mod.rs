@@ -1,0 +1,326 @@
+//! Evaluating a checked expression on a row with Postgres semantics: three-valued logic,
+//! strict operators, exact numeric, "C" collation.
+
+mod arith;
+mod cast;
+mod row;
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+pub use cast::cast_value;
+pub use row::{Row, RowTypes};
+
+use crate::error::EvalError;
+use crate::expr::{ArrayBuild, BoolTest, CmpOp, Expr, Op};
+use crate::like::like;
+use crate::types::Type;
+use crate::value::array::Array;
+use crate::value::{Datum, Nullable};
+
+/// Evaluates `expr` on `row`. `Ok(None)` is SQL NULL.
+pub fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
+    match expr {
+        Expr::Const { value, .. } => Ok(value.clone()),
+        Expr::Column { index, .. } => row.get(*index),
+        Expr::Op { op, args, ty } => {
+            let mut values = Vec::with_capacity(args.len());
+            for arg in args {
+                values.push(eval(arg, row)?);
+            }
+            match values.into_iter().collect::<Option<Vec<Datum>>>() {
+                Some(values) => apply(op, args, &values, ty),
+                None => Ok(None),
+            }
+        }
+        Expr::Not(arg) => Ok(eval_bool(arg, row)?.map(|b| !b).map(Datum::Bool)),
+        Expr::And(args) => logic(args, row, false),
+        Expr::Or(args) => logic(args, row, true),
+        Expr::IsNull { arg, negated } => {
+            Ok(Some(Datum::Bool(eval(arg, row)?.is_none() != *negated)))
+        }
+        Expr::BoolTest { arg, test } => {
+            let v = eval_bool(arg, row)?;
+            let result = match test {
+                BoolTest::IsTrue => v == Some(true),
+                BoolTest::IsNotTrue => v != Some(true),
+                BoolTest::IsFalse => v == Some(false),
+                BoolTest::IsNotFalse => v != Some(false),
+                BoolTest::IsUnknown => v.is_none(),
+                BoolTest::IsNotUnknown => v.is_some(),
+            };
+            Ok(Some(Datum::Bool(result)))
+        }
+        Expr::Distinct {
+            left,
+            right,
+            negated,
+        } => {
+            let same = match (eval(left, row)?, eval(right, row)?) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.compare(&b) == Ordering::Equal,
+                _ => false,
+            };
+            Ok(Some(Datum::Bool(same == *negated)))
+        }
+        Expr::InList { arg, list, negated } => {
+            let needle = eval(arg, row)?;
+            let candidates = list
+                .iter()
+                .map(|c| eval(c, row))
+                .collect::<Result<Vec<_>, _>>()?;
+            let Some(needle) = needle else {
+                return Ok(None);
+            };
+            let mut saw_null = false;
+            for candidate in candidates {
+                match candidate {
+                    Some(c) if needle.compare(&c) == Ordering::Equal => {
+                        return Ok(Some(Datum::Bool(!negated)))
+                    }
+                    Some(_) => {}
+                    None => saw_null = true,
+                }
+            }
+            Ok(if saw_null {
+                None
+            } else {
+                Some(Datum::Bool(*negated))
+            })
+        }
+        Expr::Quantified {
+            op,
+            left,
+            array,
+            all,
+        } => quantified(*op, eval(left, row)?, eval(array, row)?, *all),
+        Expr::Coalesce { args, .. } => {
+            for arg in args {
+                if let Some(v) = eval(arg, row)? {
+                    return Ok(Some(v));
+                }
+            }
+            Ok(None)
+        }
+        Expr::MinMax { greatest, args, .. } => {
+            let mut best: Nullable = None;
+            for arg in args {
+                if let Some(v) = eval(arg, row)? {
+                    let better = match &best {
+                        None => true,
+                        Some(b) => {
+                            v.compare(b)
+                                == if *greatest {
+                                    Ordering::Greater
+                                } else {
+                                    Ordering::Less
+                                }
+                        }
+                    };
+                    if better {
+                        best = Some(v);
+                    }
+                }
+            }
+            Ok(best)
+        }
+        Expr::Concat(args) => {
+            let mut out = String::new();
+            for arg in args {
+                if let Some(v) = eval(arg, row)? {
+                    out.push_str(&v.to_text(arg.ty()));
+                }
+            }
+            Ok(Some(Datum::Text(Arc::from(out))))
+        }
+        Expr::ArrayCtor { elems, .. } => {
+            let values = elems
+                .iter()
+                .map(|e| eval(e, row))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(Datum::Array(Arc::new(Array::from_elems(values)))))
+        }
+        Expr::ArrayBuild { kind, args, .. } => {
+            array_build(*kind, eval(&args[0], row)?, eval(&args[1], row)?)
+        }
+    }
+}
+
+/// Evaluates a boolean expression.
+pub fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
+    match eval(expr, row)? {
+        Some(Datum::Bool(b)) => Ok(Some(b)),
+        None => Ok(None),
+        Some(other) => Err(EvalError::Other(format!(
+            "expected a boolean, got {other:?}"
+        ))),
+    }
+}
+
+/// Evaluates an expression without columns; `None` when it needs a row or fails.
+pub fn eval_constant(expr: &Expr) -> Option<Nullable> {
+    eval_constant_checked(expr).ok()
+}
+
+/// Evaluates an expression without columns.
+pub fn eval_constant_checked(expr: &Expr) -> Result<Nullable, EvalError> {
+    if !expr.columns().is_empty() {
+        return Err(EvalError::Other("expression reads columns".into()));
+    }
+    eval(expr, &Row::empty())
+}
+
+/// AND (`stop_on` false) / OR (`stop_on` true) with Postgres's truth tables.
+fn logic(args: &[Expr], row: &Row, stop_on: bool) -> Result<Nullable, EvalError> {
+    let mut saw_null = false;
+    for arg in args {
+        match eval_bool(arg, row)? {
+            Some(b) if b == stop_on => return Ok(Some(Datum::Bool(stop_on))),
+            Some(_) => {}
+            None => saw_null = true,
+        }
+    }
+    Ok(if saw_null {
+        None
+    } else {
+        Some(Datum::Bool(!stop_on))
+    })
+}
+
+fn quantified(
+    op: CmpOp,
+    left: Nullable,
+    array: Nullable,
+    all: bool,
+) -> Result<Nullable, EvalError> {
+    let Some(Datum::Array(array)) = array else {
+        return Ok(None);
+    };
+    if array.elems.is_empty() {
+        return Ok(Some(Datum::Bool(all)));
+    }
+    let Some(left) = left else { return Ok(None) };
+    let mut saw_null = false;
+    for elem in &array.elems {
+        match elem {
+            None => saw_null = true,
+            Some(e) => {
+                if op.holds(left.compare(e)) != all {
+                    return Ok(Some(Datum::Bool(!all)));
+                }
+            }
+        }
+    }
+    Ok(if saw_null {
+        None
+    } else {
+        Some(Datum::Bool(all))
+    })
+}
+
+fn array_build(kind: ArrayBuild, a: Nullable, b: Nullable) -> Result<Nullable, EvalError> {
+    let as_array = |v: Nullable| match v {
+        Some(Datum::Array(a)) => Some(a),
+        _ => None,
+    };
+    let one_dim = |a: &Array| a.dims.len() <= 1;
+    let multi = || {
+        EvalError::Other("multidimensional arrays are not supported by array concatenation".into())
+    };
+    Ok(match kind {
+        ArrayBuild::Cat => match (as_array(a), as_array(b)) {
+            (None, None) => None,
+            (Some(x), None) | (None, Some(x)) => Some(Datum::Array(x)),
+            (Some(x), Some(y)) if x.elems.is_empty() => Some(Datum::Array(y)),
+            (Some(x), Some(y)) if y.elems.is_empty() => Some(Datum::Array(x)),
+            (Some(x), Some(y)) if one_dim(&x) && one_dim(&y) => {
+                let elems = x.elems.iter().chain(&y.elems).cloned().collect();
+                Some(Datum::Array(Arc::new(Array::from_elems(elems))))
+            }
+            _ => return Err(multi()),
+        },
+        ArrayBuild::Append | ArrayBuild::Prepend => {
+            let (array, elem) = if kind == ArrayBuild::Append {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let array = as_array(array).unwrap_or_default();
+            if !one_dim(&array) {
+                return Err(multi());
+            }
+            let mut elems = array.elems.clone();
+            if kind == ArrayBuild::Append {
+                elems.push(elem);
+            } else {
+                elems.insert(0, elem);
+            }
+            Some(Datum::Array(Arc::new(Array::from_elems(elems))))
+        }
+    })
+}
+
+fn text(d: &Datum) -> &str {
+    match d {
+        Datum::Text(s) => s,
+        _ => "",
+    }
+}
+
+fn array(d: &Datum) -> &Array {
+    static EMPTY: Array = Array {
+        dims: Vec::new(),
+        elems: Vec::new(),
+    };
+    match d {
+        Datum::Array(a) => a,
+        _ => &EMPTY,
+    }
+}
+
+/// Applies a strict operation to non-NULL argument values.
+fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable, EvalError> {
+    let b = |v: bool| Ok(Some(Datum::Bool(v)));
+    let s = |v: String| Ok(Some(Datum::Text(Arc::from(v))));
+    match op {
+        Op::Cmp(cmp) => b(cmp.holds(values[0].compare(&values[1]))),
+        Op::Cast => cast_value(Some(values[0].clone()), args[0].ty(), ty),
+        Op::Like {
+            insensitive,
+            negated,
+        } => {
+            let escape = values.get(2).map(text);
+            b(like(text(&values[0]), text(&values[1]), escape, *insensitive)? != *negated)
+        }
+        Op::Lower => s(text(&values[0]).to_ascii_lowercase()),
+        Op::Upper => s(text(&values[0]).to_ascii_uppercase()),
+        Op::TextConcat => s(format!("{}{}", text(&values[0]), text(&values[1]))),
+        Op::ArrayContains => b(array(&values[0]).contains(array(&values[1]))),
+        Op::ArrayContainedBy => b(array(&values[1]).contains(array(&values[0]))),
+        Op::ArrayOverlaps => b(array(&values[0]).overlaps(array(&values[1]))),
+        Op::ArrayNdims => Ok(match array(&values[0]).dims.len() {
+            0 => None,
+            n => Some(Datum::Int(n as i64)),
+        }),
+        Op::JsonGet | Op::JsonGetText | Op::JsonContains | Op::JsonHasKey => json(op, values),
+        _ => arith::apply(op, args, values, ty),
+    }
+}
+
+fn json(op: &Op, values: &[Datum]) -> Result<Nullable, EvalError> {
+    let Datum::Jsonb(doc) = &values[0] else {
+        return Ok(None);
+    };
+    let found = match &values[1] {
+        Datum::Text(key) if matches!(op, Op::JsonGet | Op::JsonGetText) => doc.field(key),
+        Datum::Int(i) => doc.element(*i),
+        Datum::Text(key) => return Ok(Some(Datum::Bool(doc.has_key(key)))),
+        Datum::Jsonb(other) => return Ok(Some(Datum::Bool(doc.contains(other)))),
+        _ => None,
+    };
+    Ok(match (op, found) {
+        (_, None) => None,
+        (Op::JsonGet, Some(v)) => Some(Datum::Jsonb(Arc::new(v.clone()))),
+        (_, Some(v)) => v.as_text().map(|t| Datum::Text(Arc::from(t))),
+    })
+}

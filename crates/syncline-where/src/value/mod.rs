@@ -1,0 +1,225 @@
+//! Runtime values: decoding Postgres text into typed datums, comparing them and printing them.
+
+pub mod array;
+pub mod datetime;
+pub mod float;
+pub mod jsonb;
+pub mod numeric;
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::error::EvalError;
+use crate::types::Type;
+use array::Array;
+use datetime::Interval;
+use numeric::Numeric;
+
+/// A non-NULL value of one of the language's types. NULL is `Option::None` around it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Datum {
+    /// `bool`.
+    Bool(bool),
+    /// `int2`, `int4`, `int8` (range checked by the operations of each type).
+    Int(i64),
+    /// `float4` (held widened) and `float8`.
+    Float(f64),
+    /// `numeric`.
+    Numeric(Arc<Numeric>),
+    /// `text` and enum labels.
+    Text(Arc<str>),
+    /// `uuid`, big-endian.
+    Uuid(u128),
+    /// `date`: days since 1970-01-01.
+    Date(i32),
+    /// `time`: microseconds since midnight.
+    Time(i64),
+    /// `timestamp` and `timestamptz`: microseconds since 1970-01-01 (UTC for timestamptz).
+    Timestamp(i64),
+    /// `interval`.
+    Interval(Interval),
+    /// `jsonb`.
+    Jsonb(Arc<jsonb::Jsonb>),
+    /// Arrays.
+    Array(Arc<Array>),
+}
+
+/// A value that may be NULL.
+pub type Nullable = Option<Datum>;
+
+impl Datum {
+    /// Decodes Postgres text output (or input) of `ty`.
+    pub fn parse(ty: &Type, text: &str) -> Result<Datum, EvalError> {
+        let invalid = || EvalError::invalid(ty, text.as_bytes());
+        Ok(match ty {
+            Type::Bool => Datum::Bool(parse_bool(text).ok_or_else(invalid)?),
+            Type::Int2 => Datum::Int(parse_int(
+                text,
+                i16::MIN as i64,
+                i16::MAX as i64,
+                "smallint",
+            )?),
+            Type::Int4 => Datum::Int(parse_int(
+                text,
+                i32::MIN as i64,
+                i32::MAX as i64,
+                "integer",
+            )?),
+            Type::Int8 => Datum::Int(parse_int(text, i64::MIN, i64::MAX, "bigint")?),
+            Type::Float4 => Datum::Float(float::parse(text, true).ok_or_else(invalid)?),
+            Type::Float8 => Datum::Float(float::parse(text, false).ok_or_else(invalid)?),
+            Type::Numeric => Datum::Numeric(Arc::new(Numeric::parse(text).ok_or_else(invalid)?)),
+            Type::Text | Type::Enum(_) => Datum::Text(Arc::from(text)),
+            Type::Uuid => Datum::Uuid(parse_uuid(text).ok_or_else(invalid)?),
+            Type::Date => Datum::Date(datetime::parse_date(text).ok_or_else(invalid)?),
+            Type::Time => Datum::Time(datetime::parse_time(text).ok_or_else(invalid)?),
+            Type::Timestamp => {
+                Datum::Timestamp(datetime::parse_timestamp(text, false).ok_or_else(invalid)?)
+            }
+            Type::Timestamptz => {
+                Datum::Timestamp(datetime::parse_timestamp(text, true).ok_or_else(invalid)?)
+            }
+            Type::Interval => Datum::Interval(Interval::parse(text).ok_or_else(invalid)?),
+            Type::Jsonb => Datum::Jsonb(Arc::new(jsonb::Jsonb::parse(text).ok_or_else(invalid)?)),
+            Type::Array(elem) => Datum::Array(Arc::new(Array::parse(elem, text)?)),
+        })
+    }
+
+    /// Postgres text output of a value of type `ty`.
+    pub fn to_text(&self, ty: &Type) -> String {
+        match (self, ty) {
+            (Datum::Bool(b), _) => (if *b { "true" } else { "false" }).into(),
+            (Datum::Int(i), _) => i.to_string(),
+            (Datum::Float(f), Type::Float4) => float::to_text(*f, true),
+            (Datum::Float(f), _) => float::to_text(*f, false),
+            (Datum::Numeric(n), _) => n.to_text(),
+            (Datum::Text(s), _) => s.to_string(),
+            (Datum::Uuid(u), _) => format_uuid(*u),
+            (Datum::Date(d), _) => datetime::date_to_text(*d),
+            (Datum::Time(t), _) => datetime::time_to_text(*t),
+            (Datum::Timestamp(t), Type::Timestamptz) => datetime::timestamp_to_text(*t, true),
+            (Datum::Timestamp(t), _) => datetime::timestamp_to_text(*t, false),
+            (Datum::Interval(iv), _) => iv.to_text(),
+            (Datum::Jsonb(j), _) => j.to_text(),
+            (Datum::Array(a), Type::Array(elem)) => a.to_text(elem),
+            (Datum::Array(a), _) => a.to_text(&Type::Text),
+        }
+    }
+
+    /// Total order of two values of the same type, as Postgres's btree opclass orders them.
+    pub fn compare(&self, other: &Datum) -> Ordering {
+        match (self, other) {
+            (Datum::Bool(a), Datum::Bool(b)) => a.cmp(b),
+            (Datum::Int(a), Datum::Int(b)) => a.cmp(b),
+            (Datum::Float(a), Datum::Float(b)) => float::compare(*a, *b),
+            (Datum::Numeric(a), Datum::Numeric(b)) => a.cmp(b),
+            (Datum::Text(a), Datum::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+            (Datum::Uuid(a), Datum::Uuid(b)) => a.cmp(b),
+            (Datum::Date(a), Datum::Date(b)) => a.cmp(b),
+            (Datum::Time(a), Datum::Time(b)) | (Datum::Timestamp(a), Datum::Timestamp(b)) => {
+                a.cmp(b)
+            }
+            (Datum::Interval(a), Datum::Interval(b)) => a.span().cmp(&b.span()),
+            (Datum::Jsonb(a), Datum::Jsonb(b)) => a.compare(b),
+            (Datum::Array(a), Datum::Array(b)) => a.compare(b),
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+fn parse_bool(text: &str) -> Option<bool> {
+    let t = text.trim().to_ascii_lowercase();
+    if t.is_empty() {
+        return None;
+    }
+    let is_prefix = |word: &str, min: usize| t.len() >= min && word.starts_with(t.as_str());
+    if is_prefix("true", 1) || is_prefix("yes", 1) || t == "on" || t == "1" {
+        Some(true)
+    } else if is_prefix("false", 1) || is_prefix("no", 1) || is_prefix("off", 2) || t == "0" {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn parse_int(text: &str, min: i64, max: i64, name: &'static str) -> Result<i64, EvalError> {
+    let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let body = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let plain: String = body.chars().filter(|&c| c != '_').collect();
+    let ok = !plain.is_empty()
+        && plain.bytes().all(|b| b.is_ascii_digit())
+        && !body.starts_with('_')
+        && !body.ends_with('_')
+        && !body.contains("__");
+    if !ok {
+        return Err(EvalError::invalid(name, text.as_bytes()));
+    }
+    let digits = format!("{}{}", if t.starts_with('-') { "-" } else { "" }, plain);
+    match digits.parse::<i128>() {
+        Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as i64),
+        _ => Err(EvalError::Other(format!(
+            "value \"{text}\" is out of range for type {name}"
+        ))),
+    }
+}
+
+fn parse_uuid(text: &str) -> Option<u128> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .unwrap_or(t);
+    let mut hex = String::with_capacity(32);
+    let mut after_group = false;
+    for (i, c) in t.chars().enumerate() {
+        if c == '-' {
+            if i == 0 || after_group || !hex.len().is_multiple_of(4) {
+                return None;
+            }
+            after_group = true;
+            continue;
+        }
+        after_group = false;
+        if !c.is_ascii_hexdigit() {
+            return None;
+        }
+        hex.push(c);
+    }
+    if hex.len() != 32 || after_group {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+fn format_uuid(u: u128) -> String {
+    let h = format!("{u:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_scalars() {
+        assert_eq!(Datum::parse(&Type::Bool, "t").unwrap(), Datum::Bool(true));
+        assert_eq!(
+            Datum::parse(&Type::Bool, "false").unwrap(),
+            Datum::Bool(false)
+        );
+        assert_eq!(Datum::parse(&Type::Int4, " -12 ").unwrap(), Datum::Int(-12));
+        assert!(Datum::parse(&Type::Int2, "40000").is_err());
+        let u = Datum::parse(&Type::Uuid, "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11").unwrap();
+        assert_eq!(
+            u.to_text(&Type::Uuid),
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! Table-driven checks of parsing, checking and rendering: where text → canonical SQL or the
+//! exact error a client receives.
+
+mod common;
+
+use syncline_where::Where;
+
+fn outcome(text: &str, params: &[&str]) -> String {
+    let params: Vec<String> = params.iter().map(|p| p.to_string()).collect();
+    match Where::new(text, &common::relation(), &params) {
+        Ok(w) => w.sql().to_string(),
+        Err(e) => format!("error: {}", e.message),
+    }
+}
+
+#[test]
+fn renders_canonical_sql() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("i4 = 5", &[], r#"("i4" = '5'::int4)"#),
+        ("I4   =   $1", &["5"], r#"("i4" = '5'::int4)"#),
+        ("i4 = $1", &["5"], r#"("i4" = '5'::int4)"#),
+        (
+            "t ILIKE $1 AND b",
+            &["a%"],
+            r#"(("t" ILIKE 'a%'::text) AND "b")"#,
+        ),
+        ("i8 IN (1, 2)", &[], r#"("i8" IN ('1'::int8, '2'::int8))"#),
+        ("3 = ANY(ai)", &[], r#"('3'::int4 = ANY ("ai"))"#),
+        (
+            "i2 BETWEEN 1 AND 5",
+            &[],
+            r#"((CAST("i2" AS int4) >= '1'::int4) AND (CAST("i2" AS int4) <= '5'::int4))"#,
+        ),
+        ("e = 'ok'", &[], r#"("e" = 'ok')"#),
+        ("t = 'it''s'", &[], r#"("t" = 'it''s'::text)"#),
+        (
+            "j ->> 'a' = '1'",
+            &[],
+            r#"(("j" ->> 'a'::text) = '1'::text)"#,
+        ),
+        ("1 + 1 = 2", &[], "true"),
+        (
+            "tz > '2024-01-01 02:00:00+02'",
+            &[],
+            r#"("tz" > '2024-01-01 00:00:00+00'::timestamptz)"#,
+        ),
+    ];
+    for (text, params, want) in cases {
+        assert_eq!(outcome(text, params), *want, "{text}");
+    }
+}
+
+#[test]
+fn rejects_with_electric_messages() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        (
+            "1 x 1",
+            &[],
+            r#"error: At location 17: syntax error at or near "x""#,
+        ),
+        (
+            "foo = 1",
+            &[],
+            "error: At location 0: unknown reference foo",
+        ),
+        (
+            "i4 = 1 AND bar",
+            &[],
+            "error: At location 11: unknown reference bar",
+        ),
+        ("i4 + 1", &[], "error: WHERE clause must return a boolean"),
+        (
+            "count(i4) > 1",
+            &[],
+            "error: At location 0: aggregation is not supported in this context",
+        ),
+        (
+            "foo(i4)",
+            &[],
+            "error: At location 0: unknown or unsupported function foo/1",
+        ),
+        (
+            "i4 IN (SELECT 1)",
+            &[],
+            "error: At location 3: subqueries are not supported",
+        ),
+        (
+            "EXISTS (SELECT 1)",
+            &[],
+            "error: At location 0: only `value IN (SELECT ...)` sublinks are supported right now",
+        ),
+        (
+            "true; DROP TABLE t",
+            &[],
+            "error: unescaped \";\" causing statement split",
+        ),
+        (
+            "true ORDER BY 1",
+            &[],
+            "error: malformed query ending with SQL clauses",
+        ),
+        (
+            "i4 = $2",
+            &["1"],
+            "error: At location 5: parameter $2 was not provided",
+        ),
+        (
+            "i4 = 'abc'",
+            &[],
+            "error: At location 5: invalid input syntax for type integer: \"abc\"",
+        ),
+        (
+            "e < 'ok'",
+            &[],
+            "error: At location 2: operator does not exist: \"mood\" < \"mood\"",
+        ),
+        ("1 / 0 = 1", &[], "error: division by zero"),
+        (
+            "now() > tz",
+            &[],
+            "error: At location 0: unknown or unsupported function now/0",
+        ),
+    ];
+    for (text, params, want) in cases {
+        assert_eq!(outcome(text, params), *want, "{text}");
+    }
+}
