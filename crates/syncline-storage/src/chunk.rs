@@ -1,4 +1,6 @@
-//! The writer's open chunk: three append-only files fed through in-memory buffers.
+//! The writer's open chunk: three append-only files fed through in-memory buffers, and the
+//! chunk's journal, which receives the same bytes as one checksummed frame per write so that a
+//! flush needs a single `fdatasync`.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -6,7 +8,10 @@ use std::path::{Path, PathBuf};
 use syncline_core::LogOffset;
 
 use crate::error::{io_err, Result};
-use crate::format::{chunk_path, ChunkEntry, ChunkFile, Record, RecordKind, RECORD_BYTES};
+use crate::format::{
+    chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, FrameHeader,
+    Record, RecordKind, JOURNAL_HEADER_BYTES, RECORD_BYTES,
+};
 use crate::io::Io;
 
 /// One file of the open chunk with the bytes not yet written to it.
@@ -24,14 +29,37 @@ impl Appender {
         self.written + self.buf.len() as u64
     }
 
-    fn write_out(&mut self, io: &Io) -> Result<bool> {
-        if self.buf.is_empty() {
-            return Ok(false);
-        }
+    fn write_out(&mut self, io: &Io) -> Result<()> {
         io.write_at(&self.file, &self.path, self.written, &self.buf)?;
         self.written += self.buf.len() as u64;
         self.buf.clear();
-        Ok(true)
+        Ok(())
+    }
+}
+
+/// The journal of the open chunk: a header, then one frame per write of the buffers.
+#[derive(Debug)]
+struct Journal {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl Journal {
+    /// Starts a journal whose chunk files hold exactly `base` durable bytes, atomically
+    /// replacing any previous journal of the chunk; the caller syncs the directory.
+    fn start(io: &Io, dir: &Path, seq: u64, base: ChunkLens) -> Result<Journal> {
+        let path = journal_path(dir, seq);
+        let tmp = path.with_extension("journal.tmp");
+        let file = io.create(&tmp)?;
+        io.write_at(&file, &tmp, 0, &encode_journal_header(base))?;
+        io.sync_data(&file, &tmp)?;
+        io.rename(&tmp, &path)?;
+        Ok(Journal {
+            path,
+            file,
+            len: JOURNAL_HEADER_BYTES as u64,
+        })
     }
 }
 
@@ -43,26 +71,20 @@ pub(crate) struct OpenChunk {
     json: Appender,
     keys: Appender,
     recs: Appender,
+    journal: Journal,
     /// Offset of the first record, if any.
     pub first: Option<LogOffset>,
     /// Offset of the last record, if any.
     pub last: Option<LogOffset>,
     /// Whether the last record is a commit.
     pub last_is_commit: bool,
-    /// Whether bytes were written since the last sync.
-    unsynced: bool,
-}
-
-/// Lengths of the three files of a chunk, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct ChunkLens {
-    pub json: u64,
-    pub keys: u64,
-    pub recs: u64,
+    /// Whether the journal was written since its last sync.
+    journal_unsynced: bool,
 }
 
 impl OpenChunk {
-    /// Creates the three empty files of chunk `seq`.
+    /// Creates the three empty files of chunk `seq` and its journal; the caller syncs the
+    /// directory.
     pub fn create(io: &Io, dir: &Path, seq: u64) -> Result<Self> {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
@@ -79,15 +101,18 @@ impl OpenChunk {
             json: make(ChunkFile::Json)?,
             keys: make(ChunkFile::Keys)?,
             recs: make(ChunkFile::Recs)?,
+            journal: Journal::start(io, dir, seq, ChunkLens::default())?,
             first: None,
             last: None,
             last_is_commit: false,
-            unsynced: false,
+            journal_unsynced: false,
         })
     }
 
-    /// Opens the existing files of chunk `seq` whose valid content has exactly `lens` bytes.
+    /// Opens the existing files of chunk `seq`, which hold exactly `lens` durable bytes, and
+    /// starts a fresh journal from there; the caller syncs the directory.
     pub fn open(
+        io: &Io,
         dir: &Path,
         seq: u64,
         lens: ChunkLens,
@@ -113,10 +138,11 @@ impl OpenChunk {
             json: open(ChunkFile::Json, lens.json)?,
             keys: open(ChunkFile::Keys, lens.keys)?,
             recs: open(ChunkFile::Recs, lens.recs)?,
+            journal: Journal::start(io, dir, seq, lens)?,
             first,
             last: last.map(|(r, _)| r.offset),
             last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
-            unsynced: false,
+            journal_unsynced: false,
         })
     }
 
@@ -165,26 +191,58 @@ impl OpenChunk {
         self.last_is_commit = kind == RecordKind::Commit;
     }
 
-    /// Writes the buffers to the files, JSON and keys before the records that point into them.
+    /// Writes the buffers to the chunk files (JSON and keys before the records that point into
+    /// them), then the same bytes as one frame to the journal. Nothing is synced.
     pub fn write_out(&mut self, io: &Io) -> Result<()> {
-        for wrote in [
-            self.json.write_out(io)?,
-            self.keys.write_out(io)?,
-            self.recs.write_out(io)?,
-        ] {
-            self.unsynced |= wrote;
+        if self.buffered_bytes() == 0 {
+            return Ok(());
+        }
+        let at = ChunkLens {
+            json: self.json.written,
+            keys: self.keys.written,
+            recs: self.recs.written,
+        };
+        let len = ChunkLens {
+            json: self.json.buf.len() as u64,
+            keys: self.keys.buf.len() as u64,
+            recs: self.recs.buf.len() as u64,
+        };
+        let header = FrameHeader { at, len }.encode(&self.recs.buf, &self.keys.buf, &self.json.buf);
+        let mut frame = Vec::with_capacity(header.len() + self.buffered_bytes());
+        for part in [&header[..], &self.recs.buf, &self.keys.buf, &self.json.buf] {
+            frame.extend_from_slice(part);
+        }
+        self.json.write_out(io)?;
+        self.keys.write_out(io)?;
+        self.recs.write_out(io)?;
+        io.write_at(
+            &self.journal.file,
+            &self.journal.path,
+            self.journal.len,
+            &frame,
+        )?;
+        self.journal.len += frame.len() as u64;
+        self.journal_unsynced = true;
+        Ok(())
+    }
+
+    /// Writes the buffers and makes them durable with one `fdatasync` of the journal.
+    pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
+        self.write_out(io)?;
+        if self.journal_unsynced {
+            io.sync_data(&self.journal.file, &self.journal.path)?;
+            self.journal_unsynced = false;
         }
         Ok(())
     }
 
-    /// Writes the buffers and makes the files durable (`fdatasync` each written file).
-    pub fn write_and_sync(&mut self, io: &Io) -> Result<()> {
-        self.write_out(io)?;
-        if self.unsynced {
-            for a in [&self.json, &self.keys, &self.recs] {
-                io.sync_data(&a.file, &a.path)?;
-            }
-            self.unsynced = false;
+    /// Writes the buffers and makes the chunk files and the journal durable, when the chunk
+    /// closes: its files must be durable before its index entry, and its journal must describe
+    /// all of it while it is not yet indexed (recovery then treats it as the tail).
+    pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
+        self.write_and_sync_journal(io)?;
+        for a in [&self.json, &self.keys, &self.recs] {
+            io.sync_data(&a.file, &a.path)?;
         }
         Ok(())
     }

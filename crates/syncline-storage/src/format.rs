@@ -27,6 +27,15 @@ pub const INDEX_FILE: &str = "index";
 /// Name compaction writes the next index to before renaming it over [`INDEX_FILE`].
 pub const INDEX_TMP_FILE: &str = "index.tmp";
 
+/// Bytes of the header at the start of a tail chunk's journal.
+pub const JOURNAL_HEADER_BYTES: usize = 64;
+/// Bytes of the header of each journal frame.
+pub const FRAME_HEADER_BYTES: usize = 56;
+/// First eight bytes of a journal.
+pub const JOURNAL_MAGIC: [u8; 8] = *b"SYNCLJNL";
+/// First four bytes of a journal frame.
+pub const FRAME_MAGIC: [u8; 4] = *b"SJFR";
+
 /// Record flag: this update was produced by merging several updates (compaction).
 pub const FLAG_MERGED: u8 = 1;
 /// Record and entry flag: the initial snapshot is complete at this point of the log.
@@ -226,6 +235,116 @@ impl ShapeMeta {
     }
 }
 
+/// Lengths of the three files of a chunk, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkLens {
+    /// Bytes of `.json`.
+    pub json: u64,
+    /// Bytes of `.keys`.
+    pub keys: u64,
+    /// Bytes of `.recs`.
+    pub recs: u64,
+}
+
+/// Encodes a journal header: the chunk lengths that were durable when the journal started.
+pub fn encode_journal_header(base: ChunkLens) -> [u8; JOURNAL_HEADER_BYTES] {
+    let mut buf = [0u8; JOURNAL_HEADER_BYTES];
+    buf[0..8].copy_from_slice(&JOURNAL_MAGIC);
+    buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    buf[16..24].copy_from_slice(&base.json.to_le_bytes());
+    buf[24..32].copy_from_slice(&base.keys.to_le_bytes());
+    buf[32..40].copy_from_slice(&base.recs.to_le_bytes());
+    let crc = crc32fast::hash(&buf[0..60]);
+    buf[60..64].copy_from_slice(&crc.to_le_bytes());
+    buf
+}
+
+/// Decodes a journal header; `None` if it is damaged or of another version.
+pub fn decode_journal_header(buf: &[u8]) -> Option<ChunkLens> {
+    let ok = buf.len() == JOURNAL_HEADER_BYTES
+        && buf[0..8] == JOURNAL_MAGIC
+        && u32::from_le_bytes(buf[8..12].try_into().unwrap()) == FORMAT_VERSION
+        && crc32fast::hash(&buf[0..60]) == u32::from_le_bytes(buf[60..64].try_into().unwrap());
+    ok.then(|| ChunkLens {
+        json: u64_at(buf, 16),
+        keys: u64_at(buf, 24),
+        recs: u64_at(buf, 32),
+    })
+}
+
+/// The header of one journal frame: where its bytes go in the chunk files, and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Chunk file positions the frame's bytes start at.
+    pub at: ChunkLens,
+    /// Bytes of each file the frame carries (records, keys, JSON follow the header in that order).
+    pub len: ChunkLens,
+}
+
+impl FrameHeader {
+    /// Encodes the header; the checksum covers it and the frame's payload.
+    pub fn encode(&self, recs: &[u8], keys: &[u8], json: &[u8]) -> [u8; FRAME_HEADER_BYTES] {
+        let mut buf = [0u8; FRAME_HEADER_BYTES];
+        buf[0..4].copy_from_slice(&FRAME_MAGIC);
+        let fields = [
+            self.at.json,
+            self.at.keys,
+            self.at.recs,
+            self.len.json,
+            self.len.keys,
+            self.len.recs,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            buf[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let crc = frame_crc(&buf, recs, keys, json);
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes a header without checking its checksum; `None` without the frame magic.
+    pub fn decode(buf: &[u8]) -> Option<FrameHeader> {
+        assert_eq!(buf.len(), FRAME_HEADER_BYTES);
+        (buf[0..4] == FRAME_MAGIC).then(|| FrameHeader {
+            at: ChunkLens {
+                json: u64_at(buf, 8),
+                keys: u64_at(buf, 16),
+                recs: u64_at(buf, 24),
+            },
+            len: ChunkLens {
+                json: u64_at(buf, 32),
+                keys: u64_at(buf, 40),
+                recs: u64_at(buf, 48),
+            },
+        })
+    }
+
+    /// Whether an encoded header's checksum matches it and the payload.
+    pub fn checksum_matches(buf: &[u8], recs: &[u8], keys: &[u8], json: &[u8]) -> bool {
+        frame_crc(buf, recs, keys, json) == u32::from_le_bytes(buf[4..8].try_into().unwrap())
+    }
+}
+
+fn frame_crc(buf: &[u8], recs: &[u8], keys: &[u8], json: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[8..FRAME_HEADER_BYTES]);
+    h.update(recs);
+    h.update(keys);
+    h.update(json);
+    h.finalize()
+}
+
+/// Path of the journal of tail chunk `seq`: `<seq:010>.journal`.
+pub fn journal_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:010}.journal"))
+}
+
+/// Parses a journal file name back into its chunk number.
+pub fn parse_journal_name(name: &str) -> Option<u64> {
+    let seq = name.strip_suffix(".journal")?;
+    (seq.len() == 10).then(|| seq.parse().ok())?
+}
+
 /// The three files of one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkFile {
@@ -318,6 +437,33 @@ mod tests {
         };
         assert_eq!(ShapeMeta::decode(&meta.encode()), Ok(meta));
         assert!(ShapeMeta::decode(&[0u8; META_BYTES]).is_err());
+    }
+
+    #[test]
+    fn journal_header_and_frames_round_trip() {
+        let base = ChunkLens {
+            json: 10,
+            keys: 2,
+            recs: 40,
+        };
+        assert_eq!(
+            decode_journal_header(&encode_journal_header(base)),
+            Some(base)
+        );
+        let frame = FrameHeader {
+            at: base,
+            len: ChunkLens {
+                json: 3,
+                keys: 1,
+                recs: 40,
+            },
+        };
+        let buf = frame.encode(&[7; 40], b"k", b"abc");
+        assert_eq!(FrameHeader::decode(&buf), Some(frame));
+        assert!(FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abc"));
+        assert!(!FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abd"));
+        assert_eq!(parse_journal_name("0000000003.journal"), Some(3));
+        assert_eq!(parse_journal_name("3.journal"), None);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Each shape is a directory of chunks. A chunk holds its messages' JSON bytes back to back in
 //! one file (so a response body is one contiguous file range), fixed-width records with offsets
 //! and positions in a second, and keys in a third. Closed chunks are immutable and listed in a
-//! sparse index of fixed-width entries. One [`Writer`] per shape appends, commits and flushes
-//! in batches; any number of [`Reader`]s, in any process, read through the files alone.
+//! sparse index of fixed-width entries; the chunks not yet indexed are made durable through a
+//! journal, so a flush costs one `fdatasync`. One [`Writer`] per shape appends, commits and
+//! flushes in batches; any number of [`Reader`]s, in any process, read through the files alone.
 //! `docs/storage-format.md` specifies the layout, the write order and recovery.
 //!
 //! **Invariant:** this crate knows nothing of Postgres or HTTP: it stores opaque JSON bytes

@@ -6,11 +6,13 @@ use std::path::Path;
 
 use syncline_core::LogOffset;
 
-use crate::chunk::{ChunkLens, OpenChunk};
+use crate::chunk::OpenChunk;
 use crate::error::{corrupt, io_err, Result, StorageError};
 use crate::format::{
-    chunk_path, parse_chunk_name, ChunkEntry, ChunkFile, Record, ShapeMeta, ENTRY_BYTES,
-    FLAG_SNAPSHOT_DONE, INDEX_FILE, INDEX_TMP_FILE, META_BYTES, META_FILE, RECORD_BYTES,
+    chunk_path, decode_journal_header, journal_path, parse_chunk_name, parse_journal_name,
+    ChunkEntry, ChunkFile, ChunkLens, FrameHeader, Record, ShapeMeta, ENTRY_BYTES,
+    FLAG_SNAPSHOT_DONE, FRAME_HEADER_BYTES, INDEX_FILE, INDEX_TMP_FILE, JOURNAL_HEADER_BYTES,
+    META_BYTES, META_FILE, RECORD_BYTES,
 };
 use crate::index::decode_entries;
 use crate::io::Io;
@@ -46,19 +48,13 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
     remove_unreferenced_files(&io, dir, &indexed)?;
     let seq = indexed.len() as u64;
     let prev_last = indexed.last().map(|e| e.last);
-    let (tail, scan) = if chunk_path(dir, seq, 0, ChunkFile::Recs).exists() {
-        let scan = scan_tail(dir, seq, prev_last)?;
-        cut_tail(&io, dir, seq, scan.lens)?;
-        let last = scan.last_commit.map(|r| (r, true));
-        (
-            OpenChunk::open(dir, seq, scan.lens, scan.first, last)?,
-            Some(scan),
-        )
-    } else {
-        let tail = OpenChunk::create(&io, dir, seq)?;
-        io.sync_dir(dir)?;
-        (tail, None)
-    };
+    replay_journal(&io, dir, seq)?;
+    let scan = scan_tail(dir, seq, prev_last)?;
+    cut_tail(&io, dir, seq, scan.lens)?;
+    let last = scan.last_commit.map(|r| (r, true));
+    let tail = OpenChunk::open(&io, dir, seq, scan.lens, scan.first, last)?;
+    io.sync_dir(dir)?;
+    let scan = Some(scan);
     let last_commit = scan.as_ref().and_then(|s| s.last_commit);
     let last_committed = scan.and_then(|s| s.last_message).or(prev_last);
     let snapshot_done = match (last_commit, indexed.last()) {
@@ -129,10 +125,11 @@ fn remove_unreferenced_files(io: &Io, dir: &Path, indexed: &[ChunkEntry]) -> Res
     for dirent in fs::read_dir(dir).map_err(io_err(dir))? {
         let dirent = dirent.map_err(io_err(dir))?;
         let name = dirent.file_name().to_string_lossy().into_owned();
-        let referenced = match parse_chunk_name(&name) {
-            Some((seq, gen)) if seq < tail_seq => indexed[seq as usize].gen == gen,
-            Some((seq, gen)) => seq == tail_seq && gen == 0,
-            None => name != INDEX_TMP_FILE,
+        let referenced = match (parse_chunk_name(&name), parse_journal_name(&name)) {
+            (Some((seq, gen)), _) if seq < tail_seq => indexed[seq as usize].gen == gen,
+            (Some((seq, gen)), _) => seq == tail_seq && gen == 0,
+            (None, Some(seq)) => seq == tail_seq,
+            (None, None) => name != INDEX_TMP_FILE && !name.ends_with(".tmp"),
         };
         if !referenced {
             io.remove_file(&dirent.path())?;
@@ -147,6 +144,64 @@ fn remove_unreferenced_files(io: &Io, dir: &Path, indexed: &[ChunkEntry]) -> Res
     }
     if removed {
         io.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Rebuilds the tail chunk's files from its journal: the bytes below the journal's base are
+/// durable in the files; every intact frame after it is written back; the files are cut to the
+/// end of the last intact frame and synced.
+fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
+    let path = journal_path(dir, seq);
+    let bytes = fs::read(&path).map_err(io_err(&path))?;
+    let base = bytes
+        .get(..JOURNAL_HEADER_BYTES)
+        .and_then(decode_journal_header)
+        .ok_or_else(|| corrupt(&path, "missing or damaged journal header"))?;
+    let open = |file| {
+        let p = chunk_path(dir, seq, 0, file);
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .map(|f| (f, p.clone()))
+            .map_err(io_err(&p))
+    };
+    let (json, keys, recs) = (
+        open(ChunkFile::Json)?,
+        open(ChunkFile::Keys)?,
+        open(ChunkFile::Recs)?,
+    );
+    let mut pos = base;
+    let mut at = JOURNAL_HEADER_BYTES;
+    while let Some(header) = bytes
+        .get(at..at + FRAME_HEADER_BYTES)
+        .and_then(FrameHeader::decode)
+    {
+        let total = (header.len.recs + header.len.keys + header.len.json) as usize;
+        let Some(payload) = bytes.get(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + total)
+        else {
+            break;
+        };
+        let (r, rest) = payload.split_at(header.len.recs as usize);
+        let (k, j) = rest.split_at(header.len.keys as usize);
+        if header.at != pos
+            || !FrameHeader::checksum_matches(&bytes[at..at + FRAME_HEADER_BYTES], r, k, j)
+        {
+            break;
+        }
+        io.write_at(&recs.0, &recs.1, pos.recs, r)?;
+        io.write_at(&keys.0, &keys.1, pos.keys, k)?;
+        io.write_at(&json.0, &json.1, pos.json, j)?;
+        pos = ChunkLens {
+            json: pos.json + header.len.json,
+            keys: pos.keys + header.len.keys,
+            recs: pos.recs + header.len.recs,
+        };
+        at += FRAME_HEADER_BYTES + total;
+    }
+    for ((file, p), len) in [(&json, pos.json), (&keys, pos.keys), (&recs, pos.recs)] {
+        io.truncate(file, p, len)?;
     }
     Ok(())
 }

@@ -100,7 +100,7 @@ impl Store {
         let index_path = tmp.join(INDEX_FILE);
         let index = io.create(&index_path)?;
         io.sync_data(&index, &index_path)?;
-        OpenChunk::create(&io, &tmp, 0)?.write_and_sync(&io)?;
+        OpenChunk::create(&io, &tmp, 0)?;
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;

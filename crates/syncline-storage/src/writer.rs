@@ -7,7 +7,9 @@ use syncline_core::LogOffset;
 
 use crate::chunk::OpenChunk;
 use crate::error::{Result, StorageError};
-use crate::format::{ChunkEntry, RecordKind, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, INDEX_FILE};
+use crate::format::{
+    journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, INDEX_FILE,
+};
 use crate::io::Io;
 use crate::message::Message;
 use crate::KEY_BYTES_MAX;
@@ -101,12 +103,12 @@ impl Writer {
         })
     }
 
-    /// Writes everything buffered, makes every commit so far durable (data files, new directory
+    /// Writes everything buffered, makes every commit so far durable (the journal, new directory
     /// entries, then index entries, each synced) and returns the last durable committed offset.
     pub fn flush(&mut self) -> Result<Option<LogOffset>> {
         self.guarded(|w| {
             let committed = w.last_committed;
-            w.tail.write_and_sync(&w.io)?;
+            w.tail.write_and_sync_journal(&w.io)?;
             if w.dir_dirty {
                 w.io.sync_dir(&w.dir)?;
                 w.dir_dirty = false;
@@ -178,7 +180,7 @@ impl Writer {
 
     /// Closes the full tail chunk (its files synced, immutable from now on) and opens the next.
     fn roll_over(&mut self) -> Result<()> {
-        self.tail.write_and_sync(&self.io)?;
+        self.tail.write_and_sync_all(&self.io)?;
         let entry = self.tail.entry(u16::from(self.snapshot_flags()));
         if self.tail.last_is_commit {
             self.closed_committed.push(entry);
@@ -190,7 +192,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Appends the index entries of closed, committed chunks and syncs the index.
+    /// Appends the index entries of closed, committed chunks, syncs the index, and removes the
+    /// journals of those chunks.
     fn append_index_entries(&mut self) -> Result<()> {
         if self.closed_committed.is_empty() {
             return Ok(());
@@ -204,7 +207,12 @@ impl Writer {
         let pos = (self.indexed.len() * ENTRY_BYTES) as u64;
         self.io.write_at(&self.index, &path, pos, &bytes)?;
         self.io.sync_data(&self.index, &path)?;
+        let first_new = self.indexed.len() as u64;
         self.indexed.append(&mut self.closed_committed);
+        // Indexed chunks were synced when they closed: their journals are no longer needed.
+        for seq in first_new..self.indexed.len() as u64 {
+            self.io.remove_file(&journal_path(&self.dir, seq))?;
+        }
         Ok(())
     }
 }

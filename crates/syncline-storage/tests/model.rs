@@ -210,6 +210,11 @@ fn run(steps: Vec<Step>) {
                 }
                 plan = FaultPlan::unlimited();
                 writer = store.open_writer("m", &options(plan.clone())).unwrap();
+                if power_loss.is_some() {
+                    // A power cut ends every process: readers start afresh. A reader survives
+                    // a writer's process crash and must keep reading correctly.
+                    reader = store.open_reader("m").unwrap();
+                }
                 let (lines, _) = read_all(&mut reader, None);
                 let v = model.visible_txns(&lines);
                 model.txns.truncate(v);
