@@ -10,8 +10,9 @@ use syncline_core::LogOffset;
 use crate::error::{io_err, Result};
 use crate::format::{
     chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, FrameHeader,
-    Record, RecordKind, JOURNAL_HEADER_BYTES, RECORD_BYTES,
+    Record, RecordKind, FRAME_JSON_IN_PLACE, JOURNAL_HEADER_BYTES, RECORD_BYTES,
 };
+
 use crate::io::Io;
 
 /// One file of the open chunk with the bytes not yet written to it.
@@ -80,12 +81,14 @@ pub(crate) struct OpenChunk {
     pub last_is_commit: bool,
     /// Whether the journal was written since its last sync.
     journal_unsynced: bool,
+    /// JSON bytes of one write above which they are synced in place instead of journaled.
+    journal_inline_bytes_max: usize,
 }
 
 impl OpenChunk {
     /// Creates the three empty files of chunk `seq` and its journal; the caller syncs the
     /// directory.
-    pub fn create(io: &Io, dir: &Path, seq: u64) -> Result<Self> {
+    pub fn create(io: &Io, dir: &Path, seq: u64, journal_inline_bytes_max: usize) -> Result<Self> {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
@@ -106,6 +109,7 @@ impl OpenChunk {
             last: None,
             last_is_commit: false,
             journal_unsynced: false,
+            journal_inline_bytes_max,
         })
     }
 
@@ -118,6 +122,7 @@ impl OpenChunk {
         lens: ChunkLens,
         first: Option<LogOffset>,
         last: Option<(Record, bool)>,
+        journal_inline_bytes_max: usize,
     ) -> Result<Self> {
         let open = |file, written| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
@@ -143,6 +148,7 @@ impl OpenChunk {
             last: last.map(|(r, _)| r.offset),
             last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
             journal_unsynced: false,
+            journal_inline_bytes_max,
         })
     }
 
@@ -207,12 +213,21 @@ impl OpenChunk {
             keys: self.keys.buf.len() as u64,
             recs: self.recs.buf.len() as u64,
         };
-        let header = FrameHeader { at, len }.encode(&self.recs.buf, &self.keys.buf, &self.json.buf);
+        // A large JSON buffer is synced in place rather than written twice; the frame then
+        // carries only records and keys.
+        let in_place = self.json.buf.len() > self.journal_inline_bytes_max;
+        let flags = if in_place { FRAME_JSON_IN_PLACE } else { 0 };
+        let journal_json: &[u8] = if in_place { &[] } else { &self.json.buf };
+        let header =
+            FrameHeader { at, len, flags }.encode(&self.recs.buf, &self.keys.buf, journal_json);
         let mut frame = Vec::with_capacity(header.len() + self.buffered_bytes());
-        for part in [&header[..], &self.recs.buf, &self.keys.buf, &self.json.buf] {
+        for part in [&header[..], &self.recs.buf, &self.keys.buf, journal_json] {
             frame.extend_from_slice(part);
         }
         self.json.write_out(io)?;
+        if in_place {
+            io.sync_data(&self.json.file, &self.json.path)?;
+        }
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
         io.write_at(

@@ -30,7 +30,10 @@ pub const INDEX_TMP_FILE: &str = "index.tmp";
 /// Bytes of the header at the start of a tail chunk's journal.
 pub const JOURNAL_HEADER_BYTES: usize = 64;
 /// Bytes of the header of each journal frame.
-pub const FRAME_HEADER_BYTES: usize = 56;
+pub const FRAME_HEADER_BYTES: usize = 64;
+/// Frame flag: the frame's JSON bytes are not in the journal; they were synced in place in the
+/// chunk's `.json` file before the frame was written.
+pub const FRAME_JSON_IN_PLACE: u32 = 1;
 /// First eight bytes of a journal.
 pub const JOURNAL_MAGIC: [u8; 8] = *b"SYNCLJNL";
 /// First four bytes of a journal frame.
@@ -277,12 +280,31 @@ pub fn decode_journal_header(buf: &[u8]) -> Option<ChunkLens> {
 pub struct FrameHeader {
     /// Chunk file positions the frame's bytes start at.
     pub at: ChunkLens,
-    /// Bytes of each file the frame carries (records, keys, JSON follow the header in that order).
+    /// Bytes of each file the frame covers (records, keys, JSON follow the header in that order).
     pub len: ChunkLens,
+    /// `FRAME_*` bits.
+    pub flags: u32,
 }
 
 impl FrameHeader {
-    /// Encodes the header; the checksum covers it and the frame's payload.
+    /// Whether the frame's JSON was synced in place rather than carried in the journal.
+    pub fn json_in_place(&self) -> bool {
+        self.flags & FRAME_JSON_IN_PLACE != 0
+    }
+
+    /// Bytes of payload following the header in the journal.
+    pub fn payload_len(&self) -> u64 {
+        self.len.recs
+            + self.len.keys
+            + if self.json_in_place() {
+                0
+            } else {
+                self.len.json
+            }
+    }
+
+    /// Encodes the header; the checksum covers it and the frame's payload (`json` is empty
+    /// for a frame whose JSON is in place).
     pub fn encode(&self, recs: &[u8], keys: &[u8], json: &[u8]) -> [u8; FRAME_HEADER_BYTES] {
         let mut buf = [0u8; FRAME_HEADER_BYTES];
         buf[0..4].copy_from_slice(&FRAME_MAGIC);
@@ -297,6 +319,7 @@ impl FrameHeader {
         for (i, v) in fields.iter().enumerate() {
             buf[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
+        buf[56..60].copy_from_slice(&self.flags.to_le_bytes());
         let crc = frame_crc(&buf, recs, keys, json);
         buf[4..8].copy_from_slice(&crc.to_le_bytes());
         buf
@@ -316,6 +339,7 @@ impl FrameHeader {
                 keys: u64_at(buf, 40),
                 recs: u64_at(buf, 48),
             },
+            flags: u32::from_le_bytes(buf[56..60].try_into().unwrap()),
         })
     }
 
@@ -457,6 +481,7 @@ mod tests {
                 keys: 1,
                 recs: 40,
             },
+            flags: 0,
         };
         let buf = frame.encode(&[7; 40], b"k", b"abc");
         assert_eq!(FrameHeader::decode(&buf), Some(frame));

@@ -15,7 +15,9 @@ use crate::format::{
 };
 use crate::index::decode_entries;
 
-/// Records read with one `pread` when searching or scanning (64 KiB worth).
+/// Records a search reads with one `pread` once its range is this small (4 KiB worth).
+const SEARCH_RECORDS_MAX: u64 = 4 * 1024 / RECORD_BYTES as u64;
+/// Records read with one `pread` when scanning back for the tail's last commit (64 KiB worth).
 const SCAN_RECORDS_MAX: u64 = 64 * 1024 / RECORD_BYTES as u64;
 /// Chunks whose open files a reader keeps.
 const CACHED_CHUNKS_MAX: usize = 4;
@@ -137,6 +139,8 @@ impl Reader {
         let Some(files) = self.chunk_files(seq, entry.gen)? else {
             return Ok(None);
         };
+        // Reading on from the previous chunk's end starts at this chunk's first byte.
+        let from = from.filter(|&f| f >= entry.first);
         let start = find_start(files, entry.record_count, from, &dir)?;
         assert!(
             start <= entry.json_len,
@@ -271,7 +275,7 @@ fn find_start(files: &ChunkFiles, count: u64, from: Option<LogOffset>, dir: &Pat
     let Some(from) = from else { return Ok(0) };
     let (mut lo, mut hi, mut start) = (0u64, count, 0u64);
     let mut buf = [0u8; RECORD_BYTES];
-    while hi - lo > SCAN_RECORDS_MAX {
+    while hi - lo > SEARCH_RECORDS_MAX {
         let mid = lo + (hi - lo) / 2;
         let rec = read_record(files, mid, &mut buf, dir)?;
         if rec.offset <= from {

@@ -52,7 +52,15 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
     let scan = scan_tail(dir, seq, prev_last)?;
     cut_tail(&io, dir, seq, scan.lens)?;
     let last = scan.last_commit.map(|r| (r, true));
-    let tail = OpenChunk::open(&io, dir, seq, scan.lens, scan.first, last)?;
+    let tail = OpenChunk::open(
+        &io,
+        dir,
+        seq,
+        scan.lens,
+        scan.first,
+        last,
+        options.journal_inline_bytes_max,
+    )?;
     io.sync_dir(dir)?;
     let scan = Some(scan);
     let last_commit = scan.as_ref().and_then(|s| s.last_commit);
@@ -68,6 +76,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         _lock: lock,
         chunk_bytes_max: meta.chunk_bytes_max,
         write_buffer_bytes_max: options.write_buffer_bytes_max,
+        journal_inline_bytes_max: options.journal_inline_bytes_max,
         index,
         indexed,
         tail,
@@ -178,14 +187,17 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
         .get(at..at + FRAME_HEADER_BYTES)
         .and_then(FrameHeader::decode)
     {
-        let total = (header.len.recs + header.len.keys + header.len.json) as usize;
+        let total = header.payload_len() as usize;
         let Some(payload) = bytes.get(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + total)
         else {
             break;
         };
         let (r, rest) = payload.split_at(header.len.recs as usize);
         let (k, j) = rest.split_at(header.len.keys as usize);
+        let json_end = pos.json + header.len.json;
+        let json_present = !header.json_in_place() || file_len(&json.0, &json.1)? >= json_end;
         if header.at != pos
+            || !json_present
             || !FrameHeader::checksum_matches(&bytes[at..at + FRAME_HEADER_BYTES], r, k, j)
         {
             break;
@@ -204,6 +216,10 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
         io.truncate(file, p, len)?;
     }
     Ok(())
+}
+
+fn file_len(file: &File, path: &Path) -> Result<u64> {
+    Ok(file.metadata().map_err(io_err(path))?.len())
 }
 
 /// Reads the tail chunk and finds the end of its last valid commit record.

@@ -17,6 +17,9 @@ use crate::writer::Writer;
 pub const CHUNK_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
 /// Default bytes a writer buffers before writing them to its files (without syncing).
 pub const WRITE_BUFFER_BYTES_MAX_DEFAULT: usize = 256 * 1024;
+/// Default JSON bytes of one write up to which they are copied into the journal; larger writes
+/// are synced in place (two syncs cost less than writing large data twice).
+pub const JOURNAL_INLINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
 /// Longest shape id, in bytes.
 pub const SHAPE_ID_BYTES_MAX: usize = 200;
 
@@ -28,6 +31,9 @@ pub struct WriterOptions {
     pub chunk_bytes_max: u64,
     /// Bytes buffered in memory before they are written to the files.
     pub write_buffer_bytes_max: usize,
+    /// JSON bytes of one write up to which they are copied into the journal; larger writes are
+    /// synced in the chunk file instead.
+    pub journal_inline_bytes_max: usize,
     /// Crash testing: counts and can stop every write boundary.
     pub fault_plan: Option<Arc<FaultPlan>>,
 }
@@ -37,6 +43,7 @@ impl Default for WriterOptions {
         WriterOptions {
             chunk_bytes_max: CHUNK_BYTES_MAX_DEFAULT,
             write_buffer_bytes_max: WRITE_BUFFER_BYTES_MAX_DEFAULT,
+            journal_inline_bytes_max: JOURNAL_INLINE_BYTES_MAX_DEFAULT,
             fault_plan: None,
         }
     }
@@ -100,7 +107,7 @@ impl Store {
         let index_path = tmp.join(INDEX_FILE);
         let index = io.create(&index_path)?;
         io.sync_data(&index, &index_path)?;
-        OpenChunk::create(&io, &tmp, 0)?;
+        OpenChunk::create(&io, &tmp, 0, options.journal_inline_bytes_max)?;
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;

@@ -27,6 +27,7 @@ pub struct Writer {
     pub(crate) _lock: File,
     pub(crate) chunk_bytes_max: u64,
     pub(crate) write_buffer_bytes_max: usize,
+    pub(crate) journal_inline_bytes_max: usize,
     pub(crate) index: File,
     /// Entries durable in the index file, in chunk order.
     pub(crate) indexed: Vec<ChunkEntry>,
@@ -187,7 +188,12 @@ impl Writer {
         } else {
             self.closed_pending.push(entry);
         }
-        self.tail = OpenChunk::create(&self.io, &self.dir, self.tail.seq + 1)?;
+        self.tail = OpenChunk::create(
+            &self.io,
+            &self.dir,
+            self.tail.seq + 1,
+            self.journal_inline_bytes_max,
+        )?;
         self.dir_dirty = true;
         Ok(())
     }

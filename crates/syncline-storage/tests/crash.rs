@@ -15,11 +15,13 @@ const SHAPE: &str = "crashy";
 /// Transactions the fault-injection workload writes.
 const WORKLOAD_TXNS: u64 = 24;
 
-/// Small chunks and buffers so the workload crosses many chunk ends, mid-transaction too.
+/// Small chunks and buffers so the workload crosses many chunk ends, mid-transaction too, and
+/// writes both through the journal and in place.
 fn options(plan: Option<Arc<FaultPlan>>) -> WriterOptions {
     WriterOptions {
         chunk_bytes_max: 2_000,
         write_buffer_bytes_max: 1_024,
+        journal_inline_bytes_max: 400,
         fault_plan: plan,
     }
 }

@@ -151,10 +151,12 @@ fn state_of(lines: &[Vec<u8>]) -> State {
     state
 }
 
+/// Small chunks and buffers; writes go through the journal or in place.
 fn options(plan: Arc<FaultPlan>) -> WriterOptions {
     WriterOptions {
         chunk_bytes_max: 400,
         write_buffer_bytes_max: 256,
+        journal_inline_bytes_max: 120,
         fault_plan: Some(plan),
     }
 }
