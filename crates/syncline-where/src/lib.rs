@@ -4,7 +4,7 @@
 //!
 //! Flow: [`Where::new`] parses with Postgres's own grammar (libpg_query), type-checks against a
 //! [`RelationDesc`] and renders canonical SQL; [`Where::eval`] evaluates on a [`Row`] (column
-//! texts decoded once per row).
+//! texts decoded once per row); [`router::Router`] finds the shapes a change affects.
 //!
 //! **Invariants:** no I/O, no Postgres connections; user text never reaches Postgres: only
 //! [`Where::sql`], rendered from the checked tree. Text compares bytewise (the "C" collation);
@@ -17,6 +17,7 @@ pub mod expr;
 pub mod like;
 pub mod parse;
 pub mod render;
+pub mod router;
 pub mod types;
 pub mod value;
 

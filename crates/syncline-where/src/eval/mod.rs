@@ -157,6 +157,35 @@ pub fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
     }
 }
 
+/// Evaluates a boolean expression for routing: like [`eval_bool`], except that AND is false
+/// (NULL) when any operand is false (NULL) and OR true when any is true even if another operand
+/// fails (for Postgres the order of operands decides whether it fails). The answer then does not depend
+/// on which conjunct an index checks first.
+pub fn eval_bool_for_routing(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
+    match expr {
+        Expr::And(args) | Expr::Or(args) => {
+            let decider = matches!(expr, Expr::Or(_));
+            let (mut failure, mut saw_null) = (None, false);
+            for arg in args {
+                match eval_bool_for_routing(arg, row) {
+                    Ok(Some(b)) if b == decider => return Ok(Some(decider)),
+                    Ok(Some(_)) => {}
+                    Ok(None) => saw_null = true,
+                    Err(e) => failure = Some(e),
+                }
+            }
+            match failure {
+                // An AND with a NULL operand cannot be true, whatever the failing one gives.
+                Some(_) if saw_null && !decider => Ok(None),
+                Some(e) => Err(e),
+                None => Ok(if saw_null { None } else { Some(!decider) }),
+            }
+        }
+        Expr::Not(arg) => Ok(eval_bool_for_routing(arg, row)?.map(|b| !b)),
+        _ => eval_bool(expr, row),
+    }
+}
+
 /// Evaluates an expression without columns; `None` when it needs a row or fails.
 pub fn eval_constant(expr: &Expr) -> Option<Nullable> {
     eval_constant_checked(expr).ok()

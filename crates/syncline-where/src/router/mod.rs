@@ -1,0 +1,225 @@
+//! The shape router: which shapes of a table a change affects, found through indexes whose
+//! cost does not grow with the number of shapes.
+//!
+//! Indexed: `col = c` (hash), `col IN (c, ...)`, `arr @> c`, `c <@ arr`, `c = ANY(arr)`
+//! (containment), ranges `<`, `<=`, `>`, `>=`, BETWEEN (interval stabbing), `col LIKE 'p%'`
+//! (prefix lookups), and AND/OR of these: in `a AND b` the best access is indexed and the rest is
+//! planned again one level down, an OR is indexed when all its arms are. Everything else is
+//! evaluated per shape. An update affects a shape when its old or its new row matches; a value
+//! that cannot be decoded or an evaluation error counts as a match (safe over-inclusion), unless
+//! a conjunct is false (see [`crate::eval::eval_bool_for_routing`]).
+
+mod key;
+mod node;
+mod plan;
+mod range;
+
+use std::collections::{HashMap, HashSet};
+
+use syncline_core::relation::RelationDesc;
+use syncline_core::tuple::Value;
+
+use crate::eval::{eval_bool_for_routing, Row, RowTypes};
+use crate::expr::Expr;
+use crate::Where;
+use node::Node;
+
+/// The caller's identifier of a shape.
+pub type ShapeId = u64;
+
+/// A row change of the router's table, column values in relation order.
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// A new row.
+    Insert(&'a [Value]),
+    /// A changed row: old (replica identity full) and new values.
+    Update {
+        /// Values before.
+        old: &'a [Value],
+        /// Values after (unchanged TOAST filled in from `old` by the caller).
+        new: &'a [Value],
+    },
+    /// A removed row.
+    Delete(&'a [Value]),
+}
+
+impl<'a> Change<'a> {
+    fn rows(&self) -> Vec<&'a [Value]> {
+        match *self {
+            Change::Insert(new) => vec![new],
+            Change::Update { old, new } => vec![old, new],
+            Change::Delete(old) => vec![old],
+        }
+    }
+}
+
+/// The shapes of one table, indexed by their where clauses.
+pub struct Router {
+    types: RowTypes,
+    root: Node,
+    shapes: HashMap<ShapeId, Option<Expr>>,
+}
+
+impl Router {
+    /// An empty router for `relation`.
+    pub fn new(relation: &RelationDesc) -> Router {
+        Router {
+            types: RowTypes::of(relation),
+            root: Node::default(),
+            shapes: HashMap::new(),
+        }
+    }
+
+    /// Adds a shape; `None` is a shape without a where clause (every row). Replaces a shape
+    /// already added under `id`.
+    pub fn add(&mut self, id: ShapeId, filter: Option<&Where>) {
+        self.remove(id);
+        let expr = filter.map(|w| w.expr().clone());
+        self.root.insert(id, expr.clone().into_iter().collect());
+        self.shapes.insert(id, expr);
+    }
+
+    /// Removes a shape; false if it was not there.
+    pub fn remove(&mut self, id: ShapeId) -> bool {
+        match self.shapes.remove(&id) {
+            Some(expr) => {
+                self.root.remove(id, expr.into_iter().collect());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of shapes.
+    pub fn len(&self) -> usize {
+        self.shapes.len()
+    }
+
+    /// Shapes (or OR arms of shapes) that no index covers: evaluated on every change.
+    pub fn unindexed(&self) -> usize {
+        self.root.unindexed()
+    }
+
+    /// Whether there are no shapes.
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty()
+    }
+
+    /// The shapes `change` affects, sorted. Each row is decoded once, whatever the number of
+    /// shapes.
+    pub fn affected(&self, change: &Change) -> Vec<ShapeId> {
+        let mut out = HashSet::new();
+        for values in change.rows() {
+            let row = Row::new(&self.types, values);
+            self.root.collect(&row, &mut out);
+        }
+        sorted(out)
+    }
+
+    /// The same answer as [`Router::affected`], by evaluating every shape's clause: the
+    /// baseline the index is tested and measured against.
+    pub fn affected_by_scan(&self, change: &Change) -> Vec<ShapeId> {
+        let mut out = HashSet::new();
+        for values in change.rows() {
+            let row = Row::new(&self.types, values);
+            for (id, expr) in &self.shapes {
+                let hit = match expr {
+                    None => true,
+                    Some(e) => !matches!(eval_bool_for_routing(e, &row), Ok(Some(false) | None)),
+                };
+                if hit {
+                    out.insert(*id);
+                }
+            }
+        }
+        sorted(out)
+    }
+}
+
+fn sorted(set: HashSet<ShapeId>) -> Vec<ShapeId> {
+    let mut v: Vec<ShapeId> = set.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use syncline_core::relation::{ColumnDesc, PgType, ReplicaIdentity, TypeKind};
+
+    fn relation() -> RelationDesc {
+        let column = |name: &str, ty: &str, kind: TypeKind| ColumnDesc {
+            name: name.into(),
+            pg_type: PgType {
+                oid: 0,
+                name: ty.into(),
+                kind,
+            },
+            type_mod: -1,
+            not_null: false,
+            pk_index: None,
+        };
+        let int4 = PgType {
+            oid: 23,
+            name: "int4".into(),
+            kind: TypeKind::Base,
+        };
+        let columns = vec![
+            column("id", "int4", TypeKind::Base),
+            column("name", "text", TypeKind::Base),
+            column("tags", "_int4", TypeKind::Array(Box::new(int4))),
+        ];
+        RelationDesc {
+            oid: 1,
+            schema: "public".into(),
+            name: "t".into(),
+            columns,
+            replica_identity: ReplicaIdentity::Full,
+        }
+    }
+
+    fn row(id: &str, name: &str, tags: &str) -> Vec<Value> {
+        [id, name, tags]
+            .iter()
+            .map(|v| Value::Text(Bytes::from(v.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn indexes_the_indexable_forms() {
+        let relation = relation();
+        let mut router = Router::new(&relation);
+        let clauses = [
+            "id = 1",
+            "2 = id",
+            "id IN (3, 4)",
+            "5 = ANY(tags)",
+            "tags @> '{6,7}'",
+            "id BETWEEN 10 AND 20",
+            "id > 100 AND id <= 200",
+            "name LIKE 'ab%'",
+            "(id = 1 OR name LIKE 'x%') AND name <> 'y'",
+            "id = 1 AND (name = 'a' OR name = 'b')",
+        ];
+        for (i, clause) in clauses.iter().enumerate() {
+            let w = Where::new(clause, &relation, &[]).unwrap();
+            router.add(i as ShapeId, Some(&w));
+        }
+        assert_eq!(router.unindexed(), 0);
+        let new = row("1", "abc", "{5,6,7}");
+        assert_eq!(router.affected(&Change::Insert(&new)), vec![0, 3, 4, 7, 8]);
+        let old = row("150", "xyz", "{}");
+        assert_eq!(
+            router.affected(&Change::Update {
+                old: &old,
+                new: &new
+            }),
+            vec![0, 3, 4, 6, 7, 8]
+        );
+        router.add(99, Some(&Where::new("id <> 5", &relation, &[]).unwrap()));
+        assert_eq!(router.unindexed(), 1);
+        assert!(router.remove(99) && router.remove(0) && !router.remove(0));
+        assert_eq!(router.affected(&Change::Delete(&new)), vec![3, 4, 7, 8]);
+    }
+}
