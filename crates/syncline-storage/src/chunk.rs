@@ -81,6 +81,8 @@ pub(crate) struct OpenChunk {
     pub last_is_commit: bool,
     /// Whether the journal was written since its last sync.
     journal_unsynced: bool,
+    /// Whether JSON was written in place since `.json` was last synced.
+    json_unsynced: bool,
     /// JSON bytes of one write above which they are synced in place instead of journaled.
     journal_inline_bytes_max: usize,
 }
@@ -109,6 +111,7 @@ impl OpenChunk {
             last: None,
             last_is_commit: false,
             journal_unsynced: false,
+            json_unsynced: false,
             journal_inline_bytes_max,
         })
     }
@@ -148,6 +151,7 @@ impl OpenChunk {
             last: last.map(|(r, _)| r.offset),
             last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
             journal_unsynced: false,
+            json_unsynced: false,
             journal_inline_bytes_max,
         })
     }
@@ -213,8 +217,9 @@ impl OpenChunk {
             keys: self.keys.buf.len() as u64,
             recs: self.recs.buf.len() as u64,
         };
-        // A large JSON buffer is synced in place rather than written twice; the frame then
-        // carries only records and keys.
+        // A large JSON buffer is synced in place (at the next sync) rather than written twice;
+        // the frame then carries only records and keys. Until both syncs are done nothing is
+        // reported durable, and record checksums catch in-place JSON that did not survive.
         let in_place = self.json.buf.len() > self.journal_inline_bytes_max;
         let flags = if in_place { FRAME_JSON_IN_PLACE } else { 0 };
         let journal_json: &[u8] = if in_place { &[] } else { &self.json.buf };
@@ -225,9 +230,7 @@ impl OpenChunk {
             frame.extend_from_slice(part);
         }
         self.json.write_out(io)?;
-        if in_place {
-            io.sync_data(&self.json.file, &self.json.path)?;
-        }
+        self.json_unsynced |= in_place;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
         io.write_at(
@@ -241,9 +244,14 @@ impl OpenChunk {
         Ok(())
     }
 
-    /// Writes the buffers and makes them durable with one `fdatasync` of the journal.
+    /// Writes the buffers and makes them durable with one `fdatasync` of the journal (and one
+    /// of `.json` if JSON was written in place since the last sync).
     pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
         self.write_out(io)?;
+        if self.json_unsynced {
+            io.sync_data(&self.json.file, &self.json.path)?;
+            self.json_unsynced = false;
+        }
         if self.journal_unsynced {
             io.sync_data(&self.journal.file, &self.journal.path)?;
             self.journal_unsynced = false;
