@@ -64,7 +64,16 @@ struct ChunkFiles {
     seq: u64,
     gen: u16,
     json: Arc<File>,
-    recs: File,
+    /// Opened only when a read must search the records.
+    recs: Option<File>,
+}
+
+impl ChunkFiles {
+    fn recs(&self) -> &File {
+        self.recs
+            .as_ref()
+            .expect("records file opened for this read")
+    }
 }
 
 /// Where the committed data of the tail chunk ends.
@@ -136,11 +145,11 @@ impl Reader {
         from: Option<LogOffset>,
     ) -> Result<Option<ReadResult>> {
         let dir = self.dir.clone();
-        let Some(files) = self.chunk_files(seq, entry.gen)? else {
-            return Ok(None);
-        };
         // Reading on from the previous chunk's end starts at this chunk's first byte.
         let from = from.filter(|&f| f >= entry.first);
+        let Some(files) = self.chunk_files(seq, entry.gen, from.is_some())? else {
+            return Ok(None);
+        };
         let start = find_start(files, entry.record_count, from, &dir)?;
         assert!(
             start <= entry.json_len,
@@ -159,7 +168,7 @@ impl Reader {
     fn read_tail(&mut self, from: Option<LogOffset>) -> Result<Option<ReadResult>> {
         let seq = self.entries.len() as u64;
         let dir = self.dir.clone();
-        let Some(files) = self.chunk_files(seq, 0)? else {
+        let Some(files) = self.chunk_files(seq, 0, true)? else {
             return Ok(None);
         };
         let nothing = ReadResult {
@@ -169,7 +178,7 @@ impl Reader {
             up_to_date: true,
             snapshot_complete: false,
         };
-        let Some(end) = tail_end(&files.recs, &dir, seq)? else {
+        let Some(end) = tail_end(files.recs(), &dir, seq)? else {
             let snapshot_complete = self
                 .entries
                 .last()
@@ -229,15 +238,9 @@ impl Reader {
         Ok(())
     }
 
-    /// The open files of a chunk, from the cache or freshly opened; `None` if they do not exist.
-    fn chunk_files(&mut self, seq: u64, gen: u16) -> Result<Option<&ChunkFiles>> {
-        if let Some(pos) = self
-            .cached
-            .iter()
-            .position(|c| c.seq == seq && c.gen == gen)
-        {
-            return Ok(Some(&self.cached[pos]));
-        }
+    /// The open files of a chunk (the records file only if `need_recs`), from the cache or
+    /// freshly opened; `None` if they do not exist.
+    fn chunk_files(&mut self, seq: u64, gen: u16, need_recs: bool) -> Result<Option<&ChunkFiles>> {
         let open = |file| {
             let path = chunk_path(&self.dir, seq, gen, file);
             match File::open(&path) {
@@ -246,19 +249,35 @@ impl Reader {
                 Err(e) => Err(io_err(&path)(e)),
             }
         };
-        let (Some(recs), Some(json)) = (open(ChunkFile::Recs)?, open(ChunkFile::Json)?) else {
-            return Ok(None);
+        let pos = match self
+            .cached
+            .iter()
+            .position(|c| c.seq == seq && c.gen == gen)
+        {
+            Some(pos) => pos,
+            None => {
+                let Some(json) = open(ChunkFile::Json)? else {
+                    return Ok(None);
+                };
+                if self.cached.len() == CACHED_CHUNKS_MAX {
+                    self.cached.remove(0);
+                }
+                self.cached.push(ChunkFiles {
+                    seq,
+                    gen,
+                    json: Arc::new(json),
+                    recs: None,
+                });
+                self.cached.len() - 1
+            }
         };
-        if self.cached.len() == CACHED_CHUNKS_MAX {
-            self.cached.remove(0);
+        if need_recs && self.cached[pos].recs.is_none() {
+            let Some(recs) = open(ChunkFile::Recs)? else {
+                return Ok(None);
+            };
+            self.cached[pos].recs = Some(recs);
         }
-        self.cached.push(ChunkFiles {
-            seq,
-            gen,
-            json: Arc::new(json),
-            recs,
-        });
-        Ok(self.cached.last())
+        Ok(Some(&self.cached[pos]))
     }
 }
 
@@ -286,7 +305,7 @@ fn find_start(files: &ChunkFiles, count: u64, from: Option<LogOffset>, dir: &Pat
     }
     let mut block = vec![0u8; ((hi - lo) as usize) * RECORD_BYTES];
     files
-        .recs
+        .recs()
         .read_exact_at(&mut block, lo * RECORD_BYTES as u64)
         .map_err(io_err(recs_path(dir, files)))?;
     let mut prev = None;
@@ -316,7 +335,7 @@ fn read_record(
     dir: &Path,
 ) -> Result<Record> {
     files
-        .recs
+        .recs()
         .read_exact_at(buf, i * RECORD_BYTES as u64)
         .map_err(|e| io_err(recs_path(dir, files))(e))?;
     Record::decode(buf).ok_or_else(|| corrupt(recs_path(dir, files), "invalid record kind"))
