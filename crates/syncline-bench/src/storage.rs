@@ -1,6 +1,6 @@
 //! `syncline-bench storage`: the shape-log storage engine against what a Rust user would
 //! otherwise pick (SQLite through rusqlite, and the fjall LSM tree), plus raw file baselines,
-//! all measured in one run on the same machine and written to `target/bench/storage.json`.
+//! all measured in one run on the same machine; the harness writes `target/bench/storage.json`.
 //!
 //! Every engine sits behind [`ShapeLog`] with the same durability policy: each transaction is
 //! durable (fdatasync'd) before the next one starts. Reads copy the response bytes into a buffer,
@@ -60,7 +60,7 @@ trait ShapeLogReader: Send {
     fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()>;
 }
 
-/// Runs the scenario, writes `target/bench/storage.json` and returns the same JSON.
+/// Runs the scenario and returns its JSON (the harness writes it to `target/bench/storage.json`).
 pub fn run() -> Result<Value> {
     let work = tempfile::tempdir()?;
     let mut figures = Map::new();
@@ -117,15 +117,7 @@ pub fn run() -> Result<Value> {
         "goals": {"append_1000_speedup_vs_best_peer": ">= 10", "read_10_speedup_vs_best_peer": ">= 10",
             "append_ratio_vs_raw": "<= 1.5", "read_ratio_vs_raw": "<= 1.5"},
     });
-    write_result(&result)?;
     Ok(result)
-}
-
-fn write_result(result: &Value) -> Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
-    fs::create_dir_all(&dir)?;
-    fs::write(dir.join("storage.json"), serde_json::to_vec_pretty(result)?)?;
-    Ok(())
 }
 
 /// A message of ~200 bytes of Electric-like JSON, padded to exactly [`MESSAGE_BYTES`].
