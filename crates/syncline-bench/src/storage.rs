@@ -447,6 +447,19 @@ impl SynclineReader {
     /// Reads `chunks` responses from `from` into `out`; returns the messages read.
     fn read_chunks(&mut self, from: LogOffset, chunks: usize, out: &mut Vec<u8>) -> Result<usize> {
         let before = out.len();
+        self.read_responses(from, chunks, usize::MAX, out)?;
+        Ok((out.len() - before) / MESSAGE_BYTES)
+    }
+
+    /// Appends whole responses from `from` to `out` until `chunks` responses were read, `out`
+    /// holds `bytes_max` bytes, or the log is read to its end.
+    fn read_responses(
+        &mut self,
+        from: LogOffset,
+        chunks: usize,
+        bytes_max: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let mut at = Some(from);
         for _ in 0..chunks {
             let r = self.0.read(at)?;
@@ -456,31 +469,19 @@ impl SynclineReader {
                 body.file.read_exact_at(&mut out[start..], body.start)?;
             }
             at = r.end_offset;
-            if r.up_to_date {
+            if r.up_to_date || out.len() >= bytes_max {
                 break;
             }
         }
-        Ok((out.len() - before) / MESSAGE_BYTES)
+        Ok(())
     }
 }
 
 impl ShapeLogReader for SynclineReader {
     fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
-        let mut at = Some(from);
-        let target = count.saturating_mul(MESSAGE_BYTES);
-        while out.len() < target {
-            let r = self.0.read(at)?;
-            if let Some(body) = r.body {
-                let start = out.len();
-                out.resize(start + body.len as usize, 0);
-                body.file.read_exact_at(&mut out[start..], body.start)?;
-            }
-            at = r.end_offset;
-            if r.up_to_date {
-                break;
-            }
-        }
-        out.truncate(target.min(out.len()));
+        let bytes_max = count.saturating_mul(MESSAGE_BYTES);
+        self.read_responses(from, usize::MAX, bytes_max, out)?;
+        out.truncate(bytes_max.min(out.len()));
         Ok(())
     }
 }

@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{apply, encode_columns, lines_of, merge_updates, parse_line, read_all, Owned, State};
+use common::{apply, lines_of, merge_updates, parse_line, read_all, resolve_intent, Owned, State};
 use proptest::prelude::*;
 use syncline_storage::{LogOffset, Operation, Store, WriterOptions};
 
@@ -19,28 +17,9 @@ fn messages(txns: &[Vec<Intent>]) -> Vec<Vec<Owned>> {
     let mut out = Vec::new();
     for (t, intents) in txns.iter().enumerate() {
         let mut txn = Vec::new();
-        for (i, (key, delete, cols)) in intents.iter().enumerate() {
-            let key = format!("k{key}");
-            let cols: BTreeMap<String, String> = cols
-                .iter()
-                .map(|(c, v)| (format!("c{c}"), format!("{v}")))
-                .collect();
-            let op = match (present.contains(&key), delete) {
-                (false, _) => Operation::Insert,
-                (true, true) => Operation::Delete,
-                (true, false) => Operation::Update,
-            };
-            match op {
-                Operation::Insert => present.insert(key.clone()),
-                Operation::Delete => present.remove(&key),
-                Operation::Update => true,
-            };
-            txn.push(Owned::new(
-                LogOffset::new(t as u64 + 1, 2 * i as u64),
-                &key,
-                op,
-                &encode_columns(&cols),
-            ));
+        for (i, intent) in intents.iter().enumerate() {
+            let offset = LogOffset::new(t as u64 + 1, 2 * i as u64);
+            txn.push(resolve_intent(&mut present, offset, intent));
         }
         out.push(txn);
     }

@@ -134,14 +134,7 @@ fn recovery_after_a_stop_at_every_write_boundary() {
                 "stop {stop} must interrupt"
             );
             if let Some(hole) = power_loss {
-                let mut seed = stop;
-                plan.simulate_power_loss(hole, |unsynced| {
-                    seed = seed
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (seed >> 33) % (unsynced + 1)
-                })
-                .unwrap();
+                common::power_cut(&plan, hole, stop);
             }
             check_recovery(&root, durable);
             std::fs::remove_dir_all(&root).unwrap();

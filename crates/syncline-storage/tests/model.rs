@@ -7,9 +7,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use common::{apply, encode_columns, lines_of, merge_updates, parse_line, read_all, Owned, State};
+use common::{
+    apply, lines_of, merge_updates, parse_line, power_cut, read_all, resolve_intent, Owned, State,
+};
 use proptest::prelude::*;
-use syncline_storage::{FaultPlan, LogOffset, Operation, Reader, Store, Writer, WriterOptions};
+use syncline_storage::{FaultPlan, LogOffset, Reader, Store, Writer, WriterOptions};
 
 /// Key index, delete if present, columns to set.
 type Intent = (u8, bool, Vec<(u8, u8)>);
@@ -65,24 +67,9 @@ impl Model {
     fn resolve(&mut self, intents: &[Intent]) -> Vec<Owned> {
         let mut present = self.present_keys();
         let mut out = Vec::new();
-        for (key, delete, cols) in intents {
-            let key = format!("k{key}");
-            let op = match (present.contains(&key), delete) {
-                (false, _) => Operation::Insert,
-                (true, true) => Operation::Delete,
-                (true, false) => Operation::Update,
-            };
-            match op {
-                Operation::Insert => present.insert(key.clone()),
-                Operation::Delete => present.remove(&key),
-                Operation::Update => true,
-            };
-            let cols = cols
-                .iter()
-                .map(|(c, v)| (format!("c{c}"), format!("{v}")))
-                .collect();
+        for intent in intents {
             let offset = LogOffset::new(self.next_tx, 2 * self.pending.len() as u64);
-            let msg = Owned::new(offset, &key, op, &encode_columns(&cols));
+            let msg = resolve_intent(&mut present, offset, intent);
             self.pending.push(msg.clone());
             out.push(msg);
         }
@@ -196,19 +183,10 @@ fn run(steps: Vec<Step>) {
                 writer.compact(keep, &mut merge_updates).unwrap();
                 model.compacted = true;
             }
-            Step::Crash {
-                power_loss,
-                mut seed,
-            } => {
+            Step::Crash { power_loss, seed } => {
                 drop(writer);
                 if let Some(hole) = power_loss {
-                    plan.simulate_power_loss(hole, |n| {
-                        seed = seed
-                            .wrapping_mul(6364136223846793005)
-                            .wrapping_add(1442695040888963407);
-                        (seed >> 33) % (n + 1)
-                    })
-                    .unwrap();
+                    power_cut(&plan, hole, seed);
                 }
                 plan = FaultPlan::unlimited();
                 writer = store.open_writer("m", &options(plan.clone())).unwrap();

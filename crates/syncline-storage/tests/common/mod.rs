@@ -185,3 +185,39 @@ pub fn merge_updates(older: &[u8], newer: &[u8]) -> Vec<u8> {
     cols.extend(decode_columns(&new_value));
     format!("{offset} {tag} {key} {}\n", encode_columns(&cols)).into_bytes()
 }
+
+/// Turns a random intent into a message that is valid against the keys `present` (insert when
+/// the row is absent, else delete or update) and updates `present`.
+pub fn resolve_intent(
+    present: &mut std::collections::BTreeSet<String>,
+    offset: LogOffset,
+    (key, delete, cols): &(u8, bool, Vec<(u8, u8)>),
+) -> Owned {
+    let key = format!("k{key}");
+    let op = match (present.contains(&key), delete) {
+        (false, _) => Operation::Insert,
+        (true, true) => Operation::Delete,
+        (true, false) => Operation::Update,
+    };
+    match op {
+        Operation::Insert => present.insert(key.clone()),
+        Operation::Delete => present.remove(&key),
+        Operation::Update => true,
+    };
+    let cols = cols
+        .iter()
+        .map(|(c, v)| (format!("c{c}"), format!("{v}")))
+        .collect();
+    Owned::new(offset, &key, op, &encode_columns(&cols))
+}
+
+/// Simulates a power cut on what `plan` tracked, keeping pseudo-random parts of unsynced data.
+pub fn power_cut(plan: &syncline_storage::FaultPlan, hole: bool, mut seed: u64) {
+    plan.simulate_power_loss(hole, |unsynced| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % (unsynced + 1)
+    })
+    .unwrap();
+}
