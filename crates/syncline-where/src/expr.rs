@@ -111,6 +111,13 @@ pub enum Op {
         /// NOT LIKE.
         negated: bool,
     },
+    /// `LIKE` / `ILIKE` against a constant pattern, compiled once.
+    LikeMatch {
+        /// The pattern.
+        pattern: std::sync::Arc<crate::like::Pattern>,
+        /// NOT LIKE.
+        negated: bool,
+    },
     /// `lower(text)`, ASCII letters only (C collation).
     Lower,
     /// `upper(text)`, ASCII letters only (C collation).

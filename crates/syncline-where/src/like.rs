@@ -4,7 +4,7 @@
 
 use crate::error::EvalError;
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Token {
     Any,
     One,
@@ -55,6 +55,94 @@ fn fold_char(c: char, fold: bool) -> char {
     }
 }
 
+/// A compiled LIKE / ILIKE pattern, kept with its source for rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    tokens: Vec<Token>,
+    /// ILIKE.
+    pub insensitive: bool,
+    /// The pattern text.
+    pub source: String,
+    /// The ESCAPE string, if one was given.
+    pub escape: Option<String>,
+}
+
+impl Pattern {
+    /// Compiles a pattern; `escape` is the ESCAPE string (`None` for the default backslash).
+    pub fn compile(
+        pattern: &str,
+        escape: Option<&str>,
+        insensitive: bool,
+    ) -> Result<Pattern, EvalError> {
+        Ok(Pattern {
+            tokens: tokens(pattern, escape, insensitive)?,
+            insensitive,
+            source: pattern.to_string(),
+            escape: escape.map(str::to_string),
+        })
+    }
+
+    /// Whether `text` matches: wildcard matching with one backtrack point per `%`, on the
+    /// UTF-8 bytes without copying (linear in practice, O(n·m) at worst).
+    pub fn matches(&self, text: &str) -> bool {
+        let fold = |c: char| fold_char(c, self.insensitive);
+        let char_at = |t: usize| text[t..].chars().next();
+        let (mut t, mut p) = (0, 0);
+        let mut star: Option<(usize, usize)> = None;
+        while let Some(c) = char_at(t) {
+            match self.tokens.get(p) {
+                Some(Token::Any) => {
+                    star = Some((p, t));
+                    p += 1;
+                    continue;
+                }
+                Some(Token::One) => {
+                    t += c.len_utf8();
+                    p += 1;
+                    continue;
+                }
+                Some(Token::Lit(l)) if *l == fold(c) => {
+                    t += c.len_utf8();
+                    p += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            match star {
+                Some((sp, st)) => {
+                    let skipped = char_at(st).map_or(1, char::len_utf8);
+                    p = sp + 1;
+                    t = st + skipped;
+                    star = Some((sp, t));
+                }
+                None => return false,
+            }
+        }
+        self.tokens[p..].iter().all(|t| *t == Token::Any)
+    }
+
+    /// The literal text before a single trailing `%`, when the pattern is exactly that
+    /// (case-sensitive LIKE only); used by the router.
+    pub fn literal_prefix(&self) -> Option<String> {
+        if self.insensitive {
+            return None;
+        }
+        let (last, body) = self.tokens.split_last()?;
+        if *last != Token::Any {
+            return None;
+        }
+        body.iter()
+            .map(|t| {
+                if let Token::Lit(c) = t {
+                    Some(*c)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
 /// Whether `text` matches `pattern`.
 pub fn like(
     text: &str,
@@ -62,59 +150,7 @@ pub fn like(
     escape: Option<&str>,
     insensitive: bool,
 ) -> Result<bool, EvalError> {
-    let pattern = tokens(pattern, escape, insensitive)?;
-    let text: Vec<char> = text.chars().map(|c| fold_char(c, insensitive)).collect();
-    Ok(matches(&text, &pattern))
-}
-
-/// Wildcard matching with one backtrack point per `%` (linear in practice, O(n·m) at worst).
-fn matches(text: &[char], pattern: &[Token]) -> bool {
-    let (mut t, mut p) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some(Token::Any) => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(Token::One) => {
-                t += 1;
-                p += 1;
-            }
-            Some(Token::Lit(c)) if *c == text[t] => {
-                t += 1;
-                p += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|t| *t == Token::Any)
-}
-
-/// The literal prefix of a pattern (before its first wildcard) and whether the pattern is
-/// exactly that prefix followed by a single `%`; used by the router.
-pub fn literal_prefix(pattern: &str) -> Option<String> {
-    let tokens = tokens(pattern, None, false).ok()?;
-    let (last, body) = tokens.split_last()?;
-    if *last != Token::Any {
-        return None;
-    }
-    body.iter()
-        .map(|t| {
-            if let Token::Lit(c) = t {
-                Some(*c)
-            } else {
-                None
-            }
-        })
-        .collect()
+    Ok(Pattern::compile(pattern, escape, insensitive)?.matches(text))
 }
 
 #[cfg(test)]
@@ -150,9 +186,10 @@ mod tests {
 
     #[test]
     fn finds_literal_prefixes() {
-        assert_eq!(literal_prefix("abc%").as_deref(), Some("abc"));
-        assert_eq!(literal_prefix("a\\%b%").as_deref(), Some("a%b"));
-        assert_eq!(literal_prefix("a_b%"), None);
-        assert_eq!(literal_prefix("abc"), None);
+        let prefix = |p: &str| Pattern::compile(p, None, false).unwrap().literal_prefix();
+        assert_eq!(prefix("abc%").as_deref(), Some("abc"));
+        assert_eq!(prefix("a\\%b%").as_deref(), Some("a%b"));
+        assert_eq!(prefix("a_b%"), None);
+        assert_eq!(prefix("abc"), None);
     }
 }

@@ -198,19 +198,26 @@ fn write_op(op: &Op, args: &[Expr], ty: &Type, out: &mut String) {
             write(&args[0], out);
             out.push_str(&format!(" AS {ty})"));
         }
+        Op::LikeMatch { pattern, negated } => {
+            out.push('(');
+            write(&args[0], out);
+            out.push_str(&format!(
+                " {} {}::text",
+                like_word(pattern.insensitive, *negated),
+                quote_literal(&pattern.source)
+            ));
+            if let Some(escape) = &pattern.escape {
+                out.push_str(&format!(" ESCAPE {}::text", quote_literal(escape)));
+            }
+            out.push(')');
+        }
         Op::Like {
             insensitive,
             negated,
         } => {
-            let word = match (insensitive, negated) {
-                (false, false) => "LIKE",
-                (false, true) => "NOT LIKE",
-                (true, false) => "ILIKE",
-                (true, true) => "NOT ILIKE",
-            };
             out.push('(');
             write(&args[0], out);
-            out.push_str(&format!(" {word} "));
+            out.push_str(&format!(" {} ", like_word(*insensitive, *negated)));
             write(&args[1], out);
             if let Some(escape) = args.get(2) {
                 out.push_str(" ESCAPE ");
@@ -218,5 +225,14 @@ fn write_op(op: &Op, args: &[Expr], ty: &Type, out: &mut String) {
             }
             out.push(')');
         }
+    }
+}
+
+fn like_word(insensitive: bool, negated: bool) -> &'static str {
+    match (insensitive, negated) {
+        (false, false) => "LIKE",
+        (false, true) => "NOT LIKE",
+        (true, false) => "ILIKE",
+        (true, true) => "NOT ILIKE",
     }
 }

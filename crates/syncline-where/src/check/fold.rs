@@ -5,7 +5,10 @@
 
 use crate::error::EvalError;
 use crate::eval::eval_constant_checked;
-use crate::expr::Expr;
+use std::sync::Arc;
+
+use crate::expr::{Expr, Op};
+use crate::like::Pattern;
 use crate::value::Datum;
 
 /// Folds `expr` bottom-up.
@@ -19,7 +22,7 @@ pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
             {
                 return Ok(Expr::constant(None, ty));
             }
-            Expr::Op { op, args, ty }
+            compile_like(Expr::Op { op, args, ty })
         }
         Expr::And(args) => return logic(args, false),
         Expr::Or(args) => return logic(args, true),
@@ -83,6 +86,49 @@ pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
         return Ok(Expr::constant(value, folded.ty().clone()));
     }
     Ok(folded)
+}
+
+/// A LIKE with constant pattern (and escape) becomes a precompiled match; a pattern that does
+/// not compile stays as it is and fails when evaluated, as in Postgres.
+fn compile_like(e: Expr) -> Expr {
+    let Expr::Op {
+        op: Op::Like {
+            insensitive,
+            negated,
+        },
+        args,
+        ty,
+    } = &e
+    else {
+        return e;
+    };
+    let text = |i: usize| match args.get(i) {
+        Some(Expr::Const {
+            value: Some(Datum::Text(t)),
+            ..
+        }) => Some(t.to_string()),
+        _ => None,
+    };
+    let (Some(pattern), escape) = (text(1), text(2)) else {
+        return e;
+    };
+    if args.len() == 3 && escape.is_none() {
+        return e;
+    }
+    match Pattern::compile(&pattern, escape.as_deref(), *insensitive) {
+        Ok(pattern) => {
+            let op = Op::LikeMatch {
+                pattern: Arc::new(pattern),
+                negated: *negated,
+            };
+            Expr::Op {
+                op,
+                args: vec![args[0].clone()],
+                ty: ty.clone(),
+            }
+        }
+        Err(_) => e,
+    }
 }
 
 fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {

@@ -321,6 +321,7 @@ fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable
             let escape = values.get(2).map(text);
             b(like(text(&values[0]), text(&values[1]), escape, *insensitive)? != *negated)
         }
+        Op::LikeMatch { pattern, negated } => b(pattern.matches(text(&values[0])) != *negated),
         Op::Lower => s(text(&values[0]).to_ascii_lowercase()),
         Op::Upper => s(text(&values[0]).to_ascii_uppercase()),
         Op::TextConcat => s(format!("{}{}", text(&values[0]), text(&values[1]))),

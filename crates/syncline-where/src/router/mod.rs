@@ -9,12 +9,13 @@
 //! that cannot be decoded or an evaluation error counts as a match (safe over-inclusion), unless
 //! a conjunct is false (see [`crate::eval::eval_bool_for_routing`]).
 
+mod hash;
 mod key;
 mod node;
 mod plan;
 mod range;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use syncline_core::relation::RelationDesc;
 use syncline_core::tuple::Value;
@@ -22,6 +23,7 @@ use syncline_core::tuple::Value;
 use crate::eval::{eval_bool_for_routing, Row, RowTypes};
 use crate::expr::Expr;
 use crate::Where;
+use hash::FxHashSet;
 use node::Node;
 
 /// The caller's identifier of a shape.
@@ -108,7 +110,7 @@ impl Router {
     /// The shapes `change` affects, sorted. Each row is decoded once, whatever the number of
     /// shapes.
     pub fn affected(&self, change: &Change) -> Vec<ShapeId> {
-        let mut out = HashSet::new();
+        let mut out = FxHashSet::default();
         for values in change.rows() {
             let row = Row::new(&self.types, values);
             self.root.collect(&row, &mut out);
@@ -119,7 +121,7 @@ impl Router {
     /// The same answer as [`Router::affected`], by evaluating every shape's clause: the
     /// baseline the index is tested and measured against.
     pub fn affected_by_scan(&self, change: &Change) -> Vec<ShapeId> {
-        let mut out = HashSet::new();
+        let mut out = FxHashSet::default();
         for values in change.rows() {
             let row = Row::new(&self.types, values);
             for (id, expr) in &self.shapes {
@@ -136,7 +138,7 @@ impl Router {
     }
 }
 
-fn sorted(set: HashSet<ShapeId>) -> Vec<ShapeId> {
+fn sorted(set: FxHashSet<ShapeId>) -> Vec<ShapeId> {
     let mut v: Vec<ShapeId> = set.into_iter().collect();
     v.sort_unstable();
     v

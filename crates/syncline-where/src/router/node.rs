@@ -1,8 +1,7 @@
 //! One level of the shape index: shapes already matched, per-column indexes leading to deeper
 //! levels, and shapes evaluated one by one.
 
-use std::collections::{HashMap, HashSet};
-
+use super::hash::{FxHashMap, FxHashSet};
 use super::key::Key;
 use super::plan::{branches, Access};
 use super::range::RangeIndex;
@@ -14,20 +13,36 @@ use crate::value::Datum;
 /// Shapes whose `LIKE 'prefix%'` conditions on one column are indexed by prefix.
 #[derive(Default)]
 struct PrefixIndex {
-    by_prefix: HashMap<String, Node>,
+    by_prefix: FxHashMap<String, Node>,
     longest_bytes: usize,
 }
 
 /// An index level. Every shape reachable below a node has all the accesses on the path to it
-/// true for the row.
+/// true for the row. Kept small (indexes boxed, created on first use): with 100k equality
+/// shapes there are 100k nodes, and their size decides how many cache lines a lookup touches.
 #[derive(Default)]
 pub struct Node {
-    matched: HashSet<ShapeId>,
-    eq: HashMap<usize, HashMap<Key, Node>>,
-    contains: HashMap<usize, HashMap<Key, HashMap<Vec<Key>, Node>>>,
-    ranges: HashMap<usize, RangeIndex<Node>>,
-    prefixes: HashMap<usize, PrefixIndex>,
+    matched: FxHashSet<ShapeId>,
+    indexes: Option<Box<Indexes>>,
     others: Vec<(ShapeId, Expr)>,
+}
+
+/// The per-column indexes of a node.
+#[derive(Default)]
+struct Indexes {
+    eq: FxHashMap<usize, FxHashMap<Key, Node>>,
+    contains: FxHashMap<usize, FxHashMap<Key, FxHashMap<Vec<Key>, Node>>>,
+    ranges: FxHashMap<usize, RangeIndex<Node>>,
+    prefixes: FxHashMap<usize, PrefixIndex>,
+}
+
+impl Indexes {
+    fn is_empty(&self) -> bool {
+        self.eq.is_empty()
+            && self.contains.is_empty()
+            && self.ranges.is_empty()
+            && self.prefixes.is_empty()
+    }
 }
 
 fn conjunction(mut conjuncts: Vec<Expr>) -> Option<Expr> {
@@ -56,11 +71,12 @@ impl Node {
     }
 
     fn child(&mut self, access: Access) -> &mut Node {
+        let ix = self.indexes.get_or_insert_with(Box::default);
         match access {
-            Access::Eq(col, key) => self.eq.entry(col).or_default().entry(key).or_default(),
+            Access::Eq(col, key) => ix.eq.entry(col).or_default().entry(key).or_default(),
             Access::Contains(col, keys) => {
                 let first = keys[0].clone();
-                self.contains
+                ix.contains
                     .entry(col)
                     .or_default()
                     .entry(first)
@@ -69,13 +85,13 @@ impl Node {
                     .or_default()
             }
             Access::Range(col, lo, hi) => {
-                self.ranges
+                ix.ranges
                     .entry(col)
                     .or_default()
                     .entry(lo, hi, Node::default)
             }
             Access::Prefix(col, prefix) => {
-                let index = self.prefixes.entry(col).or_default();
+                let index = ix.prefixes.entry(col).or_default();
                 index.longest_bytes = index.longest_bytes.max(prefix.len());
                 index.by_prefix.entry(prefix).or_default()
             }
@@ -97,18 +113,21 @@ impl Node {
     }
 
     fn remove_below(&mut self, access: Access, shape: ShapeId, rest: Vec<Expr>) {
+        let Some(ix) = self.indexes.as_deref_mut() else {
+            return;
+        };
         match access {
             Access::Eq(col, key) => {
-                let Some(map) = self.eq.get_mut(&col) else {
+                let Some(map) = ix.eq.get_mut(&col) else {
                     return;
                 };
                 prune(map, &key, shape, rest);
                 if map.is_empty() {
-                    self.eq.remove(&col);
+                    ix.eq.remove(&col);
                 }
             }
             Access::Contains(col, keys) => {
-                let Some(by_first) = self.contains.get_mut(&col) else {
+                let Some(by_first) = ix.contains.get_mut(&col) else {
                     return;
                 };
                 if let Some(sets) = by_first.get_mut(&keys[0]) {
@@ -118,11 +137,11 @@ impl Node {
                     }
                 }
                 if by_first.is_empty() {
-                    self.contains.remove(&col);
+                    ix.contains.remove(&col);
                 }
             }
             Access::Range(col, lo, hi) => {
-                let Some(index) = self.ranges.get_mut(&col) else {
+                let Some(index) = ix.ranges.get_mut(&col) else {
                     return;
                 };
                 if let Some(node) = index.get_mut(&lo, &hi) {
@@ -132,17 +151,17 @@ impl Node {
                     }
                 }
                 if index.is_empty() {
-                    self.ranges.remove(&col);
+                    ix.ranges.remove(&col);
                 }
             }
             Access::Prefix(col, prefix) => {
-                let Some(index) = self.prefixes.get_mut(&col) else {
+                let Some(index) = ix.prefixes.get_mut(&col) else {
                     return;
                 };
                 prune(&mut index.by_prefix, &prefix, shape, rest);
                 index.longest_bytes = index.by_prefix.keys().map(String::len).max().unwrap_or(0);
                 if index.by_prefix.is_empty() {
-                    self.prefixes.remove(&col);
+                    ix.prefixes.remove(&col);
                 }
             }
         }
@@ -155,17 +174,36 @@ impl Node {
 
     fn is_empty(&self) -> bool {
         self.matched.is_empty()
-            && self.eq.is_empty()
-            && self.contains.is_empty()
-            && self.ranges.is_empty()
-            && self.prefixes.is_empty()
+            && self.indexes.as_ref().is_none_or(|ix| ix.is_empty())
             && self.others.is_empty()
     }
 
     /// Adds the shapes matching `row` to `out`. A column that cannot be decoded makes every
     /// shape indexed on it count as matching (over-inclusion is safe, omission is not).
-    pub fn collect(&self, row: &Row, out: &mut HashSet<ShapeId>) {
+    pub fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
         out.extend(self.matched.iter().copied());
+        if let Some(ix) = &self.indexes {
+            ix.collect(row, out);
+        }
+        for (shape, expr) in &self.others {
+            if !matches!(eval_bool_for_routing(expr, row), Ok(Some(false) | None)) {
+                out.insert(*shape);
+            }
+        }
+    }
+
+    /// Every shape at or below this node.
+    fn all(&self, out: &mut FxHashSet<ShapeId>) {
+        out.extend(self.matched.iter().copied());
+        if let Some(ix) = &self.indexes {
+            ix.all(out);
+        }
+        out.extend(self.others.iter().map(|(id, _)| *id));
+    }
+}
+
+impl Indexes {
+    fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
         for (col, map) in &self.eq {
             match row.get(*col) {
                 Ok(Some(v)) => {
@@ -180,7 +218,7 @@ impl Node {
         for (col, by_first) in &self.contains {
             match row.get(*col) {
                 Ok(Some(Datum::Array(array))) => {
-                    let present: HashSet<Key> =
+                    let present: FxHashSet<Key> =
                         array.elems.iter().flatten().filter_map(Key::of).collect();
                     for key in &present {
                         for (required, node) in by_first.get(key).into_iter().flatten() {
@@ -218,16 +256,9 @@ impl Node {
                 Err(_) => index.by_prefix.values().for_each(|n| n.all(out)),
             }
         }
-        for (shape, expr) in &self.others {
-            if !matches!(eval_bool_for_routing(expr, row), Ok(Some(false) | None)) {
-                out.insert(*shape);
-            }
-        }
     }
 
-    /// Every shape at or below this node.
-    fn all(&self, out: &mut HashSet<ShapeId>) {
-        out.extend(self.matched.iter().copied());
+    fn all(&self, out: &mut FxHashSet<ShapeId>) {
         self.eq
             .values()
             .flat_map(|m| m.values())
@@ -245,13 +276,12 @@ impl Node {
             .values()
             .flat_map(|i| i.by_prefix.values())
             .for_each(|n| n.all(out));
-        out.extend(self.others.iter().map(|(id, _)| *id));
     }
 }
 
 /// Removes `shape` below `map[key]`, dropping the entry when its node is left empty.
 fn prune<K: std::hash::Hash + Eq + Clone>(
-    map: &mut HashMap<K, Node>,
+    map: &mut FxHashMap<K, Node>,
     key: &K,
     shape: ShapeId,
     rest: Vec<Expr>,

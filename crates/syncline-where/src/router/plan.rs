@@ -9,7 +9,6 @@ use std::cmp::Ordering;
 
 use super::key::Key;
 use crate::expr::{CmpOp, Expr, Op};
-use crate::like::literal_prefix;
 use crate::types::Type;
 use crate::value::{Datum, Nullable};
 
@@ -272,21 +271,16 @@ fn simple_access(e: &Expr) -> Option<Access> {
         }
         Expr::Op {
             op:
-                Op::Like {
-                    insensitive: false,
+                Op::LikeMatch {
+                    pattern,
                     negated: false,
                 },
             args,
             ..
-        } if args.len() == 2 => {
-            let Some(Datum::Text(pattern)) = constant(&args[1])? else {
-                return None;
-            };
-            Some(Access::Prefix(
-                column_of(&args[0])?,
-                literal_prefix(pattern)?,
-            ))
-        }
+        } => Some(Access::Prefix(
+            column_of(&args[0])?,
+            pattern.literal_prefix()?,
+        )),
         _ => None,
     }
 }
