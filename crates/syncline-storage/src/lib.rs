@@ -8,6 +8,26 @@
 //! flushes in batches; any number of [`Reader`]s, in any process, read through the files alone.
 //! `docs/storage-format.md` specifies the layout, the write order and recovery.
 //!
+//! ```
+//! use syncline_storage::{LogOffset, Message, Operation, Store, WriterOptions};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path()).unwrap();
+//! let mut writer = store.create_shape("items-1", &WriterOptions::default()).unwrap();
+//! let json = br#"{"key":"1","value":{"id":"1"},"headers":{"operation":"insert"}}"#;
+//! let offset = LogOffset::new(7, 0);
+//! writer.append(&[Message { offset, key: b"1", op: Operation::Insert, json }]).unwrap();
+//! writer.commit().unwrap();
+//! assert_eq!(writer.flush().unwrap(), Some(offset)); // durable: tell Postgres
+//!
+//! let mut reader = store.open_reader("items-1").unwrap(); // any process, read-only
+//! let response = reader.read(None).unwrap();
+//! let body = response.body.unwrap(); // a file range: sendfile it, or read it
+//! assert_eq!(body.read_to_vec().unwrap(), json);
+//! assert_eq!(response.end_offset, Some(offset));
+//! assert!(response.up_to_date);
+//! ```
+//!
 //! **Invariant:** this crate knows nothing of Postgres or HTTP: it stores opaque JSON bytes
 //! addressed by [`LogOffset`], with a key and an [`Operation`] used only by compaction.
 
