@@ -44,7 +44,13 @@ struct Journal {
     path: PathBuf,
     file: File,
     len: u64,
+    /// The file's size: frames are written into this (sparse) space, so that a sync after a
+    /// small write rarely has to commit a size change.
+    allocated: u64,
 }
+
+/// Size a journal is extended to ahead of its frames (sparse: it costs no disk space).
+const JOURNAL_ALLOCATE_BYTES: u64 = 1024 * 1024;
 
 impl Journal {
     /// Starts a journal whose chunk files hold exactly `base` durable bytes, atomically
@@ -54,13 +60,27 @@ impl Journal {
         let tmp = path.with_extension("journal.tmp");
         let file = io.create(&tmp)?;
         io.write_at(&file, &tmp, 0, &encode_journal_header(base))?;
+        io.set_len(&file, &tmp, JOURNAL_ALLOCATE_BYTES)?;
         io.sync_data(&file, &tmp)?;
         io.rename(&tmp, &path)?;
         Ok(Journal {
             path,
             file,
             len: JOURNAL_HEADER_BYTES as u64,
+            allocated: JOURNAL_ALLOCATE_BYTES,
         })
+    }
+
+    /// Appends a frame, first extending the file's size by whole steps if it would not fit.
+    fn append(&mut self, io: &Io, frame: &[u8]) -> Result<()> {
+        let end = self.len + frame.len() as u64;
+        if end > self.allocated {
+            self.allocated = end.next_multiple_of(JOURNAL_ALLOCATE_BYTES);
+            io.set_len(&self.file, &self.path, self.allocated)?;
+        }
+        io.write_at(&self.file, &self.path, self.len, frame)?;
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -233,13 +253,8 @@ impl OpenChunk {
         self.json_unsynced |= in_place;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
-        io.write_at(
-            &self.journal.file,
-            &self.journal.path,
-            self.journal.len,
-            &frame,
-        )?;
-        self.journal.len += frame.len() as u64;
+        self.journal.append(io, &frame)?;
+
         self.journal_unsynced = true;
         Ok(())
     }

@@ -167,11 +167,20 @@ impl Io {
         Ok(())
     }
 
-    /// Cuts a file to `len` bytes and syncs it.
-    pub fn truncate(&self, file: &File, path: &Path, len: u64) -> Result<()> {
+    /// Sets a file's size to `len` bytes without syncing (a larger size reads as zeros).
+    pub fn set_len(&self, file: &File, path: &Path, len: u64) -> Result<()> {
         self.boundary(path)?;
         file.set_len(len).map_err(io_err(path))?;
-        self.track(path, |t| t.len = len);
+        self.track(path, |t| {
+            t.len = t.len.min(len);
+            t.synced_len = t.synced_len.min(len);
+        });
+        Ok(())
+    }
+
+    /// Cuts a file to `len` bytes and syncs it.
+    pub fn truncate(&self, file: &File, path: &Path, len: u64) -> Result<()> {
+        self.set_len(file, path, len)?;
         self.sync_data(file, path)
     }
 
