@@ -1,1 +1,62 @@
-fn main() {}
+//! Syncline's benchmark harness.
+//!
+//! `cargo run --release -p syncline-bench -- <scenario>` runs one scenario and writes
+//! `target/bench/<scenario>.json`: the command line, the parameters, every figure by name, the
+//! baselines measured in the same run and the ratios against them. Absolute times drift on
+//! shared machines; the ratios are what to compare across runs.
+
+mod ingest;
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// Runs one benchmark scenario and writes its results to `target/bench/<scenario>.json`.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// The scenario to run.
+    scenario: Scenario,
+    /// Directory for the JSON results (default: the workspace's `target/bench`).
+    #[arg(long, env = "SYNCLINE_BENCH_OUT")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Scenario {
+    /// Snapshot by binary COPY vs raw COPY; a 100,000-row transaction decoded vs pg_recvlogical.
+    Ingest,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Ingest => "ingest",
+        }
+    }
+}
+
+type BenchResult = Result<serde_json::Value, Box<dyn std::error::Error>>;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let mut result = match args.scenario {
+        Scenario::Ingest => ingest::run()?,
+    };
+    let command: Vec<String> = std::env::args().collect();
+    result["scenario"] = args.scenario.name().into();
+    result["command"] = format!(
+        "cargo run --release -p syncline-bench -- {}",
+        command[1..].join(" ")
+    )
+    .into();
+    let dir = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench"));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}.json", args.scenario.name()));
+    std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    println!("wrote {}", path.display());
+    Ok(())
+}

@@ -9,7 +9,11 @@ use crate::error::{PgError, PgResult};
 const TYPE_DEPTH_MAX: u32 = 8;
 
 /// Describes the table `schema.name`, or `None` if there is no such table.
-pub async fn load_relation(client: &Client, schema: &str, name: &str) -> PgResult<Option<RelationDesc>> {
+pub async fn load_relation(
+    client: &Client,
+    schema: &str,
+    name: &str,
+) -> PgResult<Option<RelationDesc>> {
     let row = client
         .query_opt(
             "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -59,7 +63,13 @@ pub async fn load_relation_by_oid(client: &Client, oid: u32) -> PgResult<Option<
             pk_index: pk_position.map(|p| p as usize),
         });
     }
-    Ok(Some(RelationDesc { oid, schema: rel.get(0), name: rel.get(1), columns, replica_identity }))
+    Ok(Some(RelationDesc {
+        oid,
+        schema: rel.get(0),
+        name: rel.get(1),
+        columns,
+        replica_identity,
+    }))
 }
 
 /// Describes the type with OID `oid`, following domains and array elements.
@@ -74,8 +84,14 @@ pub async fn load_type(client: &Client, oid: u32) -> PgResult<PgType> {
                 &[&next],
             )
             .await?;
-        let (name, typtype, elem, base, category, len): (String, String, u32, u32, String, i16) =
-            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+        let (name, typtype, elem, base, category, len): (String, String, u32, u32, String, i16) = (
+            row.get(0),
+            row.get(1),
+            row.get(2),
+            row.get(3),
+            row.get(4),
+            row.get(5),
+        );
         let link = match (typtype.as_str(), category.as_str()) {
             ("d", _) => Some(base),
             ("b", "A") if elem != 0 && len == -1 => Some(elem),
@@ -92,18 +108,31 @@ pub async fn load_type(client: &Client, oid: u32) -> PgResult<PgType> {
                     "b" => TypeKind::Base,
                     _ => TypeKind::Other,
                 };
-                return Ok(fold(PgType { oid: next, name, kind }, chain));
+                return Ok(fold(
+                    PgType {
+                        oid: next,
+                        name,
+                        kind,
+                    },
+                    chain,
+                ));
             }
         }
     }
-    Err(PgError::Protocol(format!("type {oid} nests deeper than {TYPE_DEPTH_MAX} levels")))
+    Err(PgError::Protocol(format!(
+        "type {oid} nests deeper than {TYPE_DEPTH_MAX} levels"
+    )))
 }
 
 /// Wraps the innermost type in the domains and arrays found above it, innermost last.
 fn fold(innermost: PgType, mut chain: Vec<(u32, String, bool)>) -> PgType {
     let mut ty = innermost;
     while let Some((oid, name, is_domain)) = chain.pop() {
-        let kind = if is_domain { TypeKind::Domain(Box::new(ty)) } else { TypeKind::Array(Box::new(ty)) };
+        let kind = if is_domain {
+            TypeKind::Domain(Box::new(ty))
+        } else {
+            TypeKind::Array(Box::new(ty))
+        };
         ty = PgType { oid, name, kind };
     }
     ty

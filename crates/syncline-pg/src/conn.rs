@@ -90,5 +90,8 @@ pub async fn connect(config: &ConnConfig) -> PgResult<Client> {
 
 /// `SET` statements for [`SESSION_SETTINGS`].
 pub fn session_settings_sql() -> String {
-    SESSION_SETTINGS.iter().map(|(k, v)| format!("SET {k} = '{v}';")).collect()
+    SESSION_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("SET {k} = '{v}';"))
+        .collect()
 }

@@ -34,7 +34,10 @@ impl PgError {
         match self {
             PgError::Io(_) => true,
             PgError::Server { code, .. } => {
-                code.starts_with("08") || code.starts_with("57P") || code == "55006" || code == "53300"
+                code.starts_with("08")
+                    || code.starts_with("57P")
+                    || code == "55006"
+                    || code == "53300"
             }
             PgError::Client(e) => e.is_closed() || e.as_db_error().is_none(),
             PgError::Protocol(_) | PgError::Config(_) => false,

@@ -18,6 +18,7 @@ pub mod ident;
 pub mod publication;
 pub mod replication;
 pub mod snapshot;
+pub mod wire;
 
 pub use conn::{connect, ConnConfig, SESSION_SETTINGS};
 pub use error::{PgError, PgResult};

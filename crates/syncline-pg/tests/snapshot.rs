@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 use syncline_pg::catalog::load_relation;
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
+use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::ConnConfig;
 use syncline_testkit::PgCluster;
 use tokio_postgres::Client;
@@ -18,9 +19,17 @@ async fn setup() -> (PgCluster, Client, ConnConfig) {
 }
 
 /// Runs the snapshot and returns its lines parsed, keyed by the returned key.
-async fn snapshot_lines(client: &Client, query: &SnapshotQuery) -> BTreeMap<String, Json> {
-    let mut encoder = RowEncoder::new(&query.schema, &query.table, &query.columns, query.key_columns.clone());
-    let mut snapshot = Snapshot::begin(client, query).await.unwrap();
+async fn snapshot_lines(config: &ConnConfig, query: &SnapshotQuery) -> BTreeMap<String, Json> {
+    let mut encoder = RowEncoder::new(
+        &query.schema,
+        &query.table,
+        &query.columns,
+        query.key_columns.clone(),
+    );
+    let mut conn = WireConnection::connect(config, "snapshot-test", Mode::Query)
+        .await
+        .unwrap();
+    let mut snapshot = Snapshot::begin(&mut conn, query).await.unwrap();
     let mut lines = BTreeMap::new();
     let mut line = Vec::new();
     while snapshot
@@ -28,7 +37,11 @@ async fn snapshot_lines(client: &Client, query: &SnapshotQuery) -> BTreeMap<Stri
             line.clear();
             let key = String::from_utf8(encoder.encode(&row, &mut line)?.to_vec()).unwrap();
             let json: Json = serde_json::from_slice(&line).expect("valid JSON line");
-            assert_eq!(json["key"], Json::String(key.clone()), "line carries the returned key");
+            assert_eq!(
+                json["key"],
+                Json::String(key.clone()),
+                "line carries the returned key"
+            );
             lines.insert(key, json);
             Ok(())
         })
@@ -40,7 +53,7 @@ async fn snapshot_lines(client: &Client, query: &SnapshotQuery) -> BTreeMap<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_hold_exactly_the_matching_rows() {
-    let (_cluster, client, _) = setup().await;
+    let (_cluster, client, config) = setup().await;
     client
         .batch_execute(
             "CREATE TABLE items (org text, id int, title text, done bool, tags text[], meta jsonb, at timestamptz, PRIMARY KEY (org, id));
@@ -51,10 +64,13 @@ async fn lines_hold_exactly_the_matching_rows() {
         )
         .await
         .unwrap();
-    let relation = load_relation(&client, "public", "items").await.unwrap().unwrap();
+    let relation = load_relation(&client, "public", "items")
+        .await
+        .unwrap()
+        .unwrap();
     let cols = ["org", "id", "title", "done", "tags", "meta", "at"].map(String::from);
     let query = SnapshotQuery::new(&relation, Some(&cols), Some("(id % 7) <> 3".into())).unwrap();
-    let lines = snapshot_lines(&client, &query).await;
+    let lines = snapshot_lines(&config, &query).await;
 
     let rows = client
         .query(
@@ -66,49 +82,106 @@ async fn lines_hold_exactly_the_matching_rows() {
     assert_eq!(lines.len(), rows.len());
     for r in rows {
         let (org, id): (String, i32) = (r.get(0), r.get(1));
-        let key = format!("\"public\".\"items\"/\"{}\"/\"{id}\"", org.replace('/', "//"));
-        let line = lines.get(&key).unwrap_or_else(|| panic!("no line for key {key}"));
-        let text = |i: usize| r.get::<_, Option<String>>(i).map_or(Json::Null, Json::String);
+        let key = format!(
+            "\"public\".\"items\"/\"{}\"/\"{id}\"",
+            org.replace('/', "//")
+        );
+        let line = lines
+            .get(&key)
+            .unwrap_or_else(|| panic!("no line for key {key}"));
+        let text = |i: usize| {
+            r.get::<_, Option<String>>(i)
+                .map_or(Json::Null, Json::String)
+        };
         let expected = serde_json::json!({
             "org": org, "id": id.to_string(), "title": text(2), "done": text(3), "tags": text(4), "meta": text(5), "at": text(6),
         });
         assert_eq!(line["value"], expected, "{key}");
-        assert_eq!(line["headers"], serde_json::json!({"operation": "insert", "relation": ["public", "items"]}));
+        assert_eq!(
+            line["headers"],
+            serde_json::json!({"operation": "insert", "relation": ["public", "items"]})
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_without_primary_key_are_keyed_by_all_columns_in_name_order() {
-    let (_cluster, client, _) = setup().await;
-    client.batch_execute("CREATE TABLE log (b text, a int); INSERT INTO log VALUES ('x', 1), (NULL, 2);").await.unwrap();
-    let relation = load_relation(&client, "public", "log").await.unwrap().unwrap();
+    let (_cluster, client, config) = setup().await;
+    client
+        .batch_execute(
+            "CREATE TABLE log (b text, a int); INSERT INTO log VALUES ('x', 1), (NULL, 2);",
+        )
+        .await
+        .unwrap();
+    let relation = load_relation(&client, "public", "log")
+        .await
+        .unwrap()
+        .unwrap();
     let query = SnapshotQuery::new(&relation, None, None).unwrap();
-    let keys: Vec<String> = snapshot_lines(&client, &query).await.into_keys().collect();
-    assert_eq!(keys, ["\"public\".\"log\"/\"1\"/\"x\"", "\"public\".\"log\"/\"2\"/_"]);
+    let keys: Vec<String> = snapshot_lines(&config, &query).await.into_keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "\"public\".\"log\"/\"1\"/\"x\"",
+            "\"public\".\"log\"/\"2\"/_"
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_snapshot_matches_what_the_rows_include() {
     let (_cluster, client, config) = setup().await;
-    client.batch_execute("CREATE TABLE t (id int PRIMARY KEY)").await.unwrap();
-    let committed_xid: String =
-        client.query_one("INSERT INTO t VALUES (1) RETURNING pg_current_xact_id()::text", &[]).await.unwrap().get(0);
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let committed_xid: String = client
+        .query_one(
+            "INSERT INTO t VALUES (1) RETURNING pg_current_xact_id()::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     // A transaction still open while the snapshot is taken.
     let open = syncline_pg::connect(&config).await.unwrap();
-    open.batch_execute("BEGIN; INSERT INTO t VALUES (2)").await.unwrap();
-    let open_xid: String = open.query_one("SELECT pg_current_xact_id()::text", &[]).await.unwrap().get(0);
+    open.batch_execute("BEGIN; INSERT INTO t VALUES (2)")
+        .await
+        .unwrap();
+    let open_xid: String = open
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
 
-    let relation = load_relation(&client, "public", "t").await.unwrap().unwrap();
+    let relation = load_relation(&client, "public", "t")
+        .await
+        .unwrap()
+        .unwrap();
     let query = SnapshotQuery::new(&relation, None, None).unwrap();
-    let mut snapshot = Snapshot::begin(&client, &query).await.unwrap();
+    let mut conn = WireConnection::connect(&config, "snapshot-test", Mode::Query)
+        .await
+        .unwrap();
+    let mut snapshot = Snapshot::begin(&mut conn, &query).await.unwrap();
     let info = snapshot.info().clone();
     open.batch_execute("COMMIT").await.unwrap();
-    let later_xid: String =
-        client.query_one("SELECT pg_current_xact_id()::text FROM (SELECT 1) x", &[]).await.unwrap().get(0);
+    let later_xid: String = client
+        .query_one("SELECT pg_current_xact_id()::text FROM (SELECT 1) x", &[])
+        .await
+        .unwrap()
+        .get(0);
     let mut ids = Vec::new();
-    while snapshot.next_chunk(&mut |row| Ok(ids.push(row.get(0).unwrap().to_vec()))).await.unwrap() {}
+    while snapshot
+        .next_chunk(&mut |row| Ok(ids.push(row.get(0).unwrap().to_vec())))
+        .await
+        .unwrap()
+    {}
 
-    assert_eq!(ids, vec![1i32.to_be_bytes().to_vec()], "only the committed row is in the snapshot");
+    assert_eq!(
+        ids,
+        vec![1i32.to_be_bytes().to_vec()],
+        "only the committed row is in the snapshot"
+    );
     let xid32 = |s: &str| s.parse::<u64>().unwrap() as u32;
     assert!(info.pg_snapshot.is_visible(xid32(&committed_xid)));
     assert!(!info.pg_snapshot.is_visible(xid32(&open_xid)));

@@ -9,7 +9,6 @@ pub mod pgoutput;
 pub mod resume;
 pub mod slot;
 pub mod stream;
-pub mod wire;
 
 pub use pgoutput::{OldRow, PgOutput, RelationColumn, RelationMessage};
 pub use resume::{ResumingStream, StreamEvent};

@@ -133,18 +133,36 @@ pub enum PgOutput {
 pub fn decode(mut buf: Bytes) -> PgResult<PgOutput> {
     let r = &mut buf;
     let msg = match u8(r)? {
-        b'B' => PgOutput::Begin { final_lsn: Lsn(u64(r)?), commit_time: i64(r)?, xid: u32(r)? },
+        b'B' => PgOutput::Begin {
+            final_lsn: Lsn(u64(r)?),
+            commit_time: i64(r)?,
+            xid: u32(r)?,
+        },
         b'C' => {
             u8(r)?;
-            PgOutput::Commit { commit_lsn: Lsn(u64(r)?), end_lsn: Lsn(u64(r)?), commit_time: i64(r)? }
+            PgOutput::Commit {
+                commit_lsn: Lsn(u64(r)?),
+                end_lsn: Lsn(u64(r)?),
+                commit_time: i64(r)?,
+            }
         }
-        b'O' => PgOutput::Origin { commit_lsn: Lsn(u64(r)?), name: cstr(r)? },
+        b'O' => PgOutput::Origin {
+            commit_lsn: Lsn(u64(r)?),
+            name: cstr(r)?,
+        },
         b'R' => PgOutput::Relation(relation(r)?),
-        b'Y' => PgOutput::Type { oid: u32(r)?, schema: cstr(r)?, name: cstr(r)? },
+        b'Y' => PgOutput::Type {
+            oid: u32(r)?,
+            schema: cstr(r)?,
+            name: cstr(r)?,
+        },
         b'I' => {
             let relation = u32(r)?;
             expect(r, b'N')?;
-            PgOutput::Insert { relation, new: tuple(r)? }
+            PgOutput::Insert {
+                relation,
+                new: tuple(r)?,
+            }
         }
         b'U' => {
             let relation = u32(r)?;
@@ -152,19 +170,33 @@ pub fn decode(mut buf: Bytes) -> PgResult<PgOutput> {
                 b'K' => Some(OldRow::Key(tuple(r)?)),
                 b'O' => Some(OldRow::Full(tuple(r)?)),
                 b'N' => None,
-                other => return Err(malformed(format!("update tuple marker {:?}", other as char))),
+                other => {
+                    return Err(malformed(format!(
+                        "update tuple marker {:?}",
+                        other as char
+                    )))
+                }
             };
             if old.is_some() {
                 expect(r, b'N')?;
             }
-            PgOutput::Update { relation, old, new: tuple(r)? }
+            PgOutput::Update {
+                relation,
+                old,
+                new: tuple(r)?,
+            }
         }
         b'D' => {
             let relation = u32(r)?;
             let old = match u8(r)? {
                 b'K' => OldRow::Key(tuple(r)?),
                 b'O' => OldRow::Full(tuple(r)?),
-                other => return Err(malformed(format!("delete tuple marker {:?}", other as char))),
+                other => {
+                    return Err(malformed(format!(
+                        "delete tuple marker {:?}",
+                        other as char
+                    )))
+                }
             };
             PgOutput::Delete { relation, old }
         }
@@ -172,16 +204,30 @@ pub fn decode(mut buf: Bytes) -> PgResult<PgOutput> {
             let n = u32(r)?;
             let options = u8(r)?;
             let relations = (0..n).map(|_| u32(r)).collect::<PgResult<_>>()?;
-            PgOutput::Truncate { relations, cascade: options & 1 != 0, restart_identity: options & 2 != 0 }
+            PgOutput::Truncate {
+                relations,
+                cascade: options & 1 != 0,
+                restart_identity: options & 2 != 0,
+            }
         }
         b'M' => {
             let transactional = u8(r)? != 0;
             let lsn = Lsn(u64(r)?);
             let prefix = cstr(r)?;
             let len = u32(r)? as usize;
-            PgOutput::Message { transactional, lsn, prefix, content: take(r, len)? }
+            PgOutput::Message {
+                transactional,
+                lsn,
+                prefix,
+                content: take(r, len)?,
+            }
         }
-        other => return Err(malformed(format!("unknown message type {:?}", other as char))),
+        other => {
+            return Err(malformed(format!(
+                "unknown message type {:?}",
+                other as char
+            )))
+        }
     };
     if !buf.is_empty() {
         return Err(malformed(format!("{} trailing bytes", buf.len())));
@@ -194,15 +240,26 @@ fn relation(r: &mut Bytes) -> PgResult<RelationMessage> {
     let schema = cstr(r)?;
     let name = cstr(r)?;
     let ident = u8(r)?;
-    let replica_identity =
-        ReplicaIdentity::from_char(ident).ok_or_else(|| malformed(format!("replica identity {:?}", ident as char)))?;
+    let replica_identity = ReplicaIdentity::from_char(ident)
+        .ok_or_else(|| malformed(format!("replica identity {:?}", ident as char)))?;
     let n = i16(r)?;
     let mut columns = Vec::with_capacity(n.max(0) as usize);
     for _ in 0..n {
         let flags = u8(r)?;
-        columns.push(RelationColumn { name: cstr(r)?, type_oid: u32(r)?, type_mod: i32(r)?, is_key: flags & 1 != 0 });
+        columns.push(RelationColumn {
+            name: cstr(r)?,
+            type_oid: u32(r)?,
+            type_mod: i32(r)?,
+            is_key: flags & 1 != 0,
+        });
     }
-    Ok(RelationMessage { oid, schema, name, replica_identity, columns })
+    Ok(RelationMessage {
+        oid,
+        schema,
+        name,
+        replica_identity,
+        columns,
+    })
 }
 
 fn tuple(r: &mut Bytes) -> PgResult<Tuple> {
@@ -216,7 +273,11 @@ fn tuple(r: &mut Bytes) -> PgResult<Tuple> {
                 let len = u32(r)? as usize;
                 Value::Text(take(r, len)?)
             }
-            b'b' => return Err(malformed("binary tuple data (this client asks for text)".into())),
+            b'b' => {
+                return Err(malformed(
+                    "binary tuple data (this client asks for text)".into(),
+                ))
+            }
             other => return Err(malformed(format!("tuple column kind {:?}", other as char))),
         });
     }
@@ -237,7 +298,10 @@ fn need(r: &Bytes, n: usize) -> PgResult<()> {
 fn expect(r: &mut Bytes, marker: u8) -> PgResult<()> {
     match u8(r)? {
         m if m == marker => Ok(()),
-        m => Err(malformed(format!("expected {:?}, got {:?}", marker as char, m as char))),
+        m => Err(malformed(format!(
+            "expected {:?}, got {:?}",
+            marker as char, m as char
+        ))),
     }
 }
 
@@ -277,8 +341,12 @@ fn take(r: &mut Bytes, n: usize) -> PgResult<Bytes> {
 }
 
 fn cstr(r: &mut Bytes) -> PgResult<String> {
-    let end = r.iter().position(|&b| b == 0).ok_or_else(|| malformed("unterminated string".into()))?;
-    let s = String::from_utf8(r[..end].to_vec()).map_err(|_| malformed("string is not UTF-8".into()))?;
+    let end = r
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| malformed("unterminated string".into()))?;
+    let s = String::from_utf8(r[..end].to_vec())
+        .map_err(|_| malformed("string is not UTF-8".into()))?;
     r.advance(end + 1);
     Ok(s)
 }
@@ -305,7 +373,11 @@ mod tests {
             msg,
             PgOutput::Insert {
                 relation: 16384,
-                new: Tuple(vec![Value::Text(Bytes::from_static(b"42")), Value::Null, Value::UnchangedToast])
+                new: Tuple(vec![
+                    Value::Text(Bytes::from_static(b"42")),
+                    Value::Null,
+                    Value::UnchangedToast
+                ])
             }
         );
     }

@@ -154,6 +154,8 @@ impl ResumingStream {
 
     /// The server's WAL end as last reported (zero while disconnected).
     pub fn server_wal_end(&self) -> Lsn {
-        self.stream.as_ref().map_or(Lsn::ZERO, |s| s.server_wal_end())
+        self.stream
+            .as_ref()
+            .map_or(Lsn::ZERO, |s| s.server_wal_end())
     }
 }

@@ -7,10 +7,10 @@ use syncline_core::Lsn;
 use tokio::time::Instant;
 
 use super::pgoutput::{self, PgOutput};
-use super::wire::{parse_error, WireConnection};
 use crate::conn::ConnConfig;
 use crate::error::{PgError, PgResult};
 use crate::ident::{quote_ident, quote_literal};
+use crate::wire::{parse_error, Mode, WireConnection};
 
 /// Seconds between the Unix epoch and Postgres's epoch (2000-01-01).
 const PG_EPOCH_UNIX_S: u64 = 946_684_800;
@@ -69,8 +69,12 @@ pub struct ReplicationStream {
 
 impl ReplicationStream {
     /// Opens a replication connection and starts streaming (pgoutput, proto_version 1).
-    pub async fn start(config: &ConnConfig, options: &StreamOptions) -> PgResult<ReplicationStream> {
-        let mut conn = WireConnection::connect(config, &options.application_name).await?;
+    pub async fn start(
+        config: &ConnConfig,
+        options: &StreamOptions,
+    ) -> PgResult<ReplicationStream> {
+        let mut conn =
+            WireConnection::connect(config, &options.application_name, Mode::Replication).await?;
         let sql = format!(
             "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {})",
             quote_ident(&options.slot),
@@ -110,9 +114,18 @@ impl ReplicationStream {
                     }
                 }
                 b'E' => return Err(parse_error(&msg.body)),
-                b'c' => return Err(PgError::Protocol("server ended the replication stream".into())),
+                b'c' => {
+                    return Err(PgError::Protocol(
+                        "server ended the replication stream".into(),
+                    ))
+                }
                 b'N' | b'S' => {}
-                other => return Err(PgError::Protocol(format!("unexpected message '{}' in replication stream", other as char))),
+                other => {
+                    return Err(PgError::Protocol(format!(
+                        "unexpected message '{}' in replication stream",
+                        other as char
+                    )))
+                }
             }
         }
     }
@@ -127,7 +140,10 @@ impl ReplicationStream {
                 body.advance(8);
                 self.received = self.received.max(wal_start);
                 self.server_wal_end = self.server_wal_end.max(wal_end);
-                Ok(Some(XLogMessage { wal_start, message: pgoutput::decode(body)? }))
+                Ok(Some(XLogMessage {
+                    wal_start,
+                    message: pgoutput::decode(body)?,
+                }))
             }
             Some(b'k') if body.len() >= 18 => {
                 body.advance(1);
@@ -182,6 +198,8 @@ impl ReplicationStream {
 
 /// Microseconds since 2000-01-01, the clock of the replication protocol.
 fn pg_now_us() -> i64 {
-    let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let since_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     (since_unix.as_micros() as i64) - (PG_EPOCH_UNIX_S as i64) * 1_000_000
 }

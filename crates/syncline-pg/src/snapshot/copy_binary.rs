@@ -50,7 +50,11 @@ impl CopyParser {
     }
 
     /// Feeds the next chunk of the stream; calls `on_row` for every row it completes.
-    pub fn feed(&mut self, chunk: &[u8], on_row: &mut impl FnMut(RowRef<'_>) -> PgResult<()>) -> PgResult<()> {
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        on_row: &mut impl FnMut(RowRef<'_>) -> PgResult<()>,
+    ) -> PgResult<()> {
         if self.pending.is_empty() {
             let used = self.parse(chunk, on_row)?;
             self.pending.extend_from_slice(&chunk[used..]);
@@ -73,7 +77,11 @@ impl CopyParser {
     }
 
     /// Parses complete rows from `buf`; returns how many bytes were used.
-    fn parse(&mut self, buf: &[u8], on_row: &mut impl FnMut(RowRef<'_>) -> PgResult<()>) -> PgResult<usize> {
+    fn parse(
+        &mut self,
+        buf: &[u8],
+        on_row: &mut impl FnMut(RowRef<'_>) -> PgResult<()>,
+    ) -> PgResult<usize> {
         let mut pos = 0;
         if !self.header_done {
             if buf.len() < HEADER_FIXED_BYTES {
@@ -99,8 +107,13 @@ impl CopyParser {
                 pos += 2;
                 continue;
             }
-            let Some(end) = self.split_row(buf, pos + 2, count)? else { break };
-            on_row(RowRef { data: buf, fields: &self.fields })?;
+            let Some(end) = self.split_row(buf, pos + 2, count)? else {
+                break;
+            };
+            on_row(RowRef {
+                data: buf,
+                fields: &self.fields,
+            })?;
             pos = end;
         }
         Ok(pos)
@@ -114,7 +127,9 @@ impl CopyParser {
         self.fields.clear();
         let mut pos = start;
         for _ in 0..count {
-            let Some(len) = buf.get(pos..pos + 4) else { return Ok(None) };
+            let Some(len) = buf.get(pos..pos + 4) else {
+                return Ok(None);
+            };
             let len = i32::from_be_bytes(len.try_into().expect("4 bytes"));
             pos += 4;
             if len < 0 {
@@ -168,7 +183,14 @@ mod tests {
             p.feed(&s[..cut], &mut collect).unwrap();
             p.feed(&s[cut..], &mut collect).unwrap();
             p.finish().unwrap();
-            assert_eq!(rows, vec![(Some(b"x".to_vec()), Some(b"hello".to_vec())), (Some(b"yz".to_vec()), None)], "cut {cut}");
+            assert_eq!(
+                rows,
+                vec![
+                    (Some(b"x".to_vec()), Some(b"hello".to_vec())),
+                    (Some(b"yz".to_vec()), None)
+                ],
+                "cut {cut}"
+            );
         }
     }
 

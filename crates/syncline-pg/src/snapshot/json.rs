@@ -28,7 +28,12 @@ struct EncodedColumn {
 impl RowEncoder {
     /// An encoder for rows of `schema.table` whose fields are `columns`, keyed by the columns at
     /// positions `key_columns`.
-    pub fn new(schema: &str, table: &str, columns: &[SnapshotColumn], key_columns: Vec<usize>) -> Self {
+    pub fn new(
+        schema: &str,
+        table: &str,
+        columns: &[SnapshotColumn],
+        key_columns: Vec<usize>,
+    ) -> Self {
         let columns = columns
             .iter()
             .enumerate()
@@ -39,7 +44,10 @@ impl RowEncoder {
                 }
                 write_json_string(&mut prefix, c.name.as_bytes());
                 prefix.push(b':');
-                EncodedColumn { decoder: c.decoder.clone(), prefix }
+                EncodedColumn {
+                    decoder: c.decoder.clone(),
+                    prefix,
+                }
             })
             .collect();
         let mut key_prefix = Vec::new();
@@ -56,7 +64,14 @@ impl RowEncoder {
         line_suffix.push(b',');
         write_json_string(&mut line_suffix, table.as_bytes());
         line_suffix.extend_from_slice(b"]}}");
-        RowEncoder { columns, key_columns, key_prefix, line_suffix, scratch: Vec::new(), key: Vec::new() }
+        RowEncoder {
+            columns,
+            key_columns,
+            key_prefix,
+            line_suffix,
+            scratch: Vec::new(),
+            key: Vec::new(),
+        }
     }
 
     /// Appends the message line for `row` to `line` (no newline) and returns the row's key.
@@ -106,28 +121,99 @@ impl RowEncoder {
 
 /// Appends `text` as a JSON string, escaping as Postgres's `to_json` does.
 pub fn write_json_string(out: &mut Vec<u8>, text: &[u8]) {
+    out.reserve(text.len() + 2);
     out.push(b'"');
-    let mut start = 0;
-    for (i, &b) in text.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(&text[start..i]);
-        if escape.is_empty() {
-            out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
-        } else {
-            out.extend_from_slice(escape);
+    let mut rest = text;
+    while let Some(i) = first_to_escape(rest) {
+        out.extend_from_slice(&rest[..i]);
+        let b = rest[i];
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]),
         }
-        start = i + 1;
+        rest = &rest[i + 1..];
     }
-    out.extend_from_slice(&text[start..]);
+    out.extend_from_slice(rest);
     out.push(b'"');
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Index of the first byte JSON must escape (control, `"`, `\\`), eight bytes at a time.
+fn first_to_escape(text: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut chunks = text.chunks_exact(8);
+    for (n, chunk) in chunks.by_ref().enumerate() {
+        let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        // Bytes below 0x20 (ignoring bytes >= 0x80, which are never escaped), quotes, backslashes.
+        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGHS;
+        if control | has_zero(x ^ (ONES * b'"' as u64)) | has_zero(x ^ (ONES * b'\\' as u64)) != 0 {
+            if let Some(i) = chunk.iter().position(|&b| needs_escape(b)) {
+                return Some(n * 8 + i);
+            }
+        }
+    }
+    let tail = chunks.remainder();
+    tail.iter()
+        .position(|&b| needs_escape(b))
+        .map(|i| text.len() - tail.len() + i)
+}
+
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(text: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_json_string(&mut out, text);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escapes_like_postgres_to_json() {
+        assert_eq!(json(b""), r#""""#);
+        assert_eq!(
+            json(b"plain text, long enough for chunks"),
+            r#""plain text, long enough for chunks""#
+        );
+        assert_eq!(
+            json(b"a\"b\\c\nd\x01\x1f\x08\x0c\t\r"),
+            r#""a\"b\\c\nd\u0001\u001f\b\f\t\r""#
+        );
+        assert_eq!(json("ünï \u{7f} ✓".as_bytes()), "\"ünï \u{7f} ✓\"");
+    }
+
+    #[test]
+    fn escapes_agree_with_serde_json_at_every_position() {
+        for len in 0..20 {
+            for pos in 0..len {
+                for special in [b'"', b'\\', b'\n', 0x01, 0x1f, 0x7f, 0x80, b' '] {
+                    let mut text = vec![b'x'; len];
+                    text[pos] = special;
+                    let text = String::from_utf8_lossy(&text).into_owned();
+                    let parsed: String = serde_json::from_str(&json(text.as_bytes())).unwrap();
+                    assert_eq!(parsed, text);
+                }
+            }
+        }
+    }
 }

@@ -35,21 +35,35 @@ pub struct SnapshotQuery {
 
 impl SnapshotQuery {
     /// Selects `columns` (all when `None`) of `relation`, filtered by `where_sql`.
-    pub fn new(relation: &RelationDesc, columns: Option<&[String]>, where_sql: Option<String>) -> PgResult<Self> {
+    pub fn new(
+        relation: &RelationDesc,
+        columns: Option<&[String]>,
+        where_sql: Option<String>,
+    ) -> PgResult<Self> {
         let selected: Vec<&syncline_core::ColumnDesc> = match columns {
             None => relation.columns.iter().collect(),
             Some(names) => names
                 .iter()
                 .map(|n| {
-                    relation.column(n).map(|(_, c)| c).ok_or_else(|| PgError::Config(format!("column {n:?} not found on the table")))
+                    relation.column(n).map(|(_, c)| c).ok_or_else(|| {
+                        PgError::Config(format!("column {n:?} not found on the table"))
+                    })
                 })
                 .collect::<PgResult<_>>()?,
         };
         let columns: Vec<SnapshotColumn> = selected
             .iter()
             .map(|c| match TextDecoder::for_type(&c.pg_type) {
-                Some(decoder) => SnapshotColumn { name: c.name.clone(), decoder, cast_to_text: false },
-                None => SnapshotColumn { name: c.name.clone(), decoder: TextDecoder::Text, cast_to_text: true },
+                Some(decoder) => SnapshotColumn {
+                    name: c.name.clone(),
+                    decoder,
+                    cast_to_text: false,
+                },
+                None => SnapshotColumn {
+                    name: c.name.clone(),
+                    decoder: TextDecoder::Text,
+                    cast_to_text: true,
+                },
             })
             .collect();
         let position = |name: &str| columns.iter().position(|c| c.name == name);
@@ -60,10 +74,20 @@ impl SnapshotQuery {
             names.into_iter().filter_map(position).collect()
         } else {
             pk.iter()
-                .map(|c| position(&c.name).ok_or_else(|| PgError::Config(format!("primary key column {:?} is not selected", c.name))))
+                .map(|c| {
+                    position(&c.name).ok_or_else(|| {
+                        PgError::Config(format!("primary key column {:?} is not selected", c.name))
+                    })
+                })
                 .collect::<PgResult<_>>()?
         };
-        Ok(SnapshotQuery { schema: relation.schema.clone(), table: relation.name.clone(), columns, key_columns, where_sql })
+        Ok(SnapshotQuery {
+            schema: relation.schema.clone(),
+            table: relation.name.clone(),
+            columns,
+            key_columns,
+            where_sql,
+        })
     }
 
     /// `SELECT …` for the rows (the body of the COPY).
@@ -71,9 +95,19 @@ impl SnapshotQuery {
         let list: Vec<String> = self
             .columns
             .iter()
-            .map(|c| if c.cast_to_text { format!("{}::text", quote_ident(&c.name)) } else { quote_ident(&c.name) })
+            .map(|c| {
+                if c.cast_to_text {
+                    format!("{}::text", quote_ident(&c.name))
+                } else {
+                    quote_ident(&c.name)
+                }
+            })
             .collect();
-        let mut sql = format!("SELECT {} FROM {}", list.join(", "), qualified(&self.schema, &self.table));
+        let mut sql = format!(
+            "SELECT {} FROM {}",
+            list.join(", "),
+            qualified(&self.schema, &self.table)
+        );
         if let Some(cond) = &self.where_sql {
             sql.push_str(&format!(" WHERE ({cond})"));
         }

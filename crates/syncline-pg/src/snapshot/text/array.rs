@@ -45,7 +45,13 @@ pub fn write_array(out: &mut Vec<u8>, raw: &[u8], elem: &TextDecoder) -> PgResul
     Ok(())
 }
 
-fn write_dim(out: &mut Vec<u8>, r: &mut Reader, dims: &[(i64, i64)], elem: &TextDecoder, scratch: &mut Vec<u8>) -> PgResult<()> {
+fn write_dim(
+    out: &mut Vec<u8>,
+    r: &mut Reader,
+    dims: &[(i64, i64)],
+    elem: &TextDecoder,
+    scratch: &mut Vec<u8>,
+) -> PgResult<()> {
     out.push(b'{');
     for i in 0..dims[0].0 {
         if i > 0 {
@@ -55,17 +61,25 @@ fn write_dim(out: &mut Vec<u8>, r: &mut Reader, dims: &[(i64, i64)], elem: &Text
             write_dim(out, r, &dims[1..], elem, scratch)?;
             continue;
         }
-        let len = r.i32().ok_or_else(|| PgError::Protocol("malformed binary array: element length".into()))?;
+        let len = r
+            .i32()
+            .ok_or_else(|| PgError::Protocol("malformed binary array: element length".into()))?;
         if len < 0 {
             out.extend_from_slice(b"NULL");
             continue;
         }
-        let value = r.take(len as usize).ok_or_else(|| PgError::Protocol("malformed binary array: element".into()))?;
+        let value = r
+            .take(len as usize)
+            .ok_or_else(|| PgError::Protocol("malformed binary array: element".into()))?;
         scratch.clear();
         match elem {
             // Inside arrays Postgres uses bool's output function (`t`/`f`), not the `::text`
             // cast (`true`/`false`) that scalar columns get.
-            TextDecoder::Bool => scratch.push(if value.first() == Some(&1) { b't' } else { b'f' }),
+            TextDecoder::Bool => scratch.push(if value.first() == Some(&1) {
+                b't'
+            } else {
+                b'f'
+            }),
             _ => elem.write_text(value, scratch)?,
         }
         write_element(out, scratch);
@@ -79,7 +93,12 @@ fn write_dim(out: &mut Vec<u8>, r: &mut Reader, dims: &[(i64, i64)], elem: &Text
 fn write_element(out: &mut Vec<u8>, text: &[u8]) {
     let needs_quotes = text.is_empty()
         || text.eq_ignore_ascii_case(b"NULL")
-        || text.iter().any(|b| matches!(b, b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c));
+        || text.iter().any(|b| {
+            matches!(
+                b,
+                b'{' | b'}' | b',' | b'"' | b'\\' | b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c
+            )
+        });
     if !needs_quotes {
         out.extend_from_slice(text);
         return;

@@ -24,13 +24,20 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Appends a non-negative `v` with at least `width` digits, zero-padded.
 fn pad(out: &mut Vec<u8>, v: i64, width: usize) {
-    let start = out.len();
-    write_int(out, v);
-    let len = out.len() - start;
-    if len < width {
-        out.splice(start..start, std::iter::repeat_n(b'0', width - len));
+    debug_assert!(v >= 0);
+    if width == 2 && v < 100 {
+        out.extend_from_slice(&[b'0' + (v / 10) as u8, b'0' + (v % 10) as u8]);
+        return;
     }
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(v);
+    out.extend(std::iter::repeat_n(
+        b'0',
+        width.saturating_sub(digits.len()),
+    ));
+    out.extend_from_slice(digits.as_bytes());
 }
 
 /// Writes `YYYY-MM-DD` and returns whether the date is BC (the caller appends ` BC` last).
@@ -180,14 +187,23 @@ mod tests {
 
     #[test]
     fn timestamps_trim_fractions() {
-        assert_eq!(text(|o| write_timestamp(o, 1_500_000, true)), "2000-01-01 00:00:01.5+00");
-        assert_eq!(text(|o| write_timestamp(o, -1, false)), "1999-12-31 23:59:59.999999");
+        assert_eq!(
+            text(|o| write_timestamp(o, 1_500_000, true)),
+            "2000-01-01 00:00:01.5+00"
+        );
+        assert_eq!(
+            text(|o| write_timestamp(o, -1, false)),
+            "1999-12-31 23:59:59.999999"
+        );
     }
 
     #[test]
     fn intervals_in_iso_8601() {
         assert_eq!(text(|o| write_interval(o, 0, 0, 0)), "PT0S");
-        assert_eq!(text(|o| write_interval(o, 4 * USECS_PER_HOUR + 6_500_000, 3, 14)), "P1Y2M3DT4H6.5S");
+        assert_eq!(
+            text(|o| write_interval(o, 4 * USECS_PER_HOUR + 6_500_000, 3, 14)),
+            "P1Y2M3DT4H6.5S"
+        );
         assert_eq!(text(|o| write_interval(o, -1_500_000, 0, 0)), "PT-1.5S");
     }
 }

@@ -88,13 +88,20 @@ impl TextDecoder {
 
     /// Whether the text may contain characters that JSON strings must escape.
     pub fn may_need_json_escape(&self) -> bool {
-        matches!(self, TextDecoder::Text | TextDecoder::Jsonb | TextDecoder::Array(_))
+        matches!(
+            self,
+            TextDecoder::Text | TextDecoder::Jsonb | TextDecoder::Array(_)
+        )
     }
 
     /// Appends the text form of the binary value `raw` to `out`.
     pub fn write_text(&self, raw: &[u8], out: &mut Vec<u8>) -> PgResult<()> {
         match self {
-            TextDecoder::Bool => out.extend_from_slice(if fixed::<1>(raw)?[0] != 0 { b"true" } else { b"false" }),
+            TextDecoder::Bool => out.extend_from_slice(if fixed::<1>(raw)?[0] != 0 {
+                b"true"
+            } else {
+                b"false"
+            }),
             TextDecoder::Int2 => numbers::write_int(out, i16::from_be_bytes(fixed(raw)?) as i64),
             TextDecoder::Int4 => numbers::write_int(out, i32::from_be_bytes(fixed(raw)?) as i64),
             TextDecoder::Int8 => numbers::write_int(out, i64::from_be_bytes(fixed(raw)?)),
@@ -117,8 +124,12 @@ impl TextDecoder {
                 let zone = i32::from_be_bytes(raw[8..].try_into().expect("4 bytes"));
                 datetime::write_timetz(out, time, zone);
             }
-            TextDecoder::Timestamp => datetime::write_timestamp(out, i64::from_be_bytes(fixed(raw)?), false),
-            TextDecoder::TimestampTz => datetime::write_timestamp(out, i64::from_be_bytes(fixed(raw)?), true),
+            TextDecoder::Timestamp => {
+                datetime::write_timestamp(out, i64::from_be_bytes(fixed(raw)?), false)
+            }
+            TextDecoder::TimestampTz => {
+                datetime::write_timestamp(out, i64::from_be_bytes(fixed(raw)?), true)
+            }
             TextDecoder::Interval => {
                 let raw = fixed::<16>(raw)?;
                 let micros = i64::from_be_bytes(raw[..8].try_into().expect("8 bytes"));
@@ -133,11 +144,19 @@ impl TextDecoder {
 }
 
 fn fixed<const N: usize>(raw: &[u8]) -> PgResult<[u8; N]> {
-    raw.try_into().map_err(|_| PgError::Protocol(format!("expected a {N}-byte binary value, got {} bytes", raw.len())))
+    raw.try_into().map_err(|_| {
+        PgError::Protocol(format!(
+            "expected a {N}-byte binary value, got {} bytes",
+            raw.len()
+        ))
+    })
 }
 
 fn bad(what: &str, raw: &[u8]) -> PgError {
-    PgError::Protocol(format!("malformed binary {what} value ({} bytes)", raw.len()))
+    PgError::Protocol(format!(
+        "malformed binary {what} value ({} bytes)",
+        raw.len()
+    ))
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

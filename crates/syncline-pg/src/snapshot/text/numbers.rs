@@ -4,42 +4,26 @@ use crate::error::{PgError, PgResult};
 
 /// Appends an integer in decimal.
 pub fn write_int(out: &mut Vec<u8>, v: i64) {
-    let mut buf = itoa_buf();
-    out.extend_from_slice(format_int(&mut buf, v));
-}
-
-fn itoa_buf() -> [u8; 20] {
-    [0; 20]
-}
-
-fn format_int(buf: &mut [u8; 20], v: i64) -> &[u8] {
-    let negative = v < 0;
-    let mut n = v.unsigned_abs();
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if negative {
-        // i64::MIN has 19 digits, so the 20-byte buffer always has room for the sign.
-        i -= 1;
-        buf[i] = b'-';
-    }
-    &buf[i..]
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// Appends a float8 as Postgres does with `extra_float_digits > 0`: the shortest text that
-/// reads back as the same value (Ryu, like Postgres, so ties round to even), fixed notation
-/// for decimal exponents in `-4..15`.
+/// reads back as the same value, fixed notation for decimal exponents in `-4..15`.
 pub fn write_float8(out: &mut Vec<u8>, v: f64) {
     if special(out, v.is_nan(), v.is_infinite(), v.is_sign_negative()) {
         return;
     }
-    write_shortest(out, ryu::Buffer::new().format_finite(v), 15);
+    let mut d = Decimal::parse(ryu::Buffer::new().format_finite(v));
+    // Postgres's Ryu never accepts a decimal lying exactly on the rounding interval's bound
+    // (`acceptBounds = false`, since not every strtod rounds such ties alike); the ryu crate
+    // does for even mantissas. That can only happen for magnitudes in this range.
+    if (2f64.powi(44)..1e41).contains(&v.abs()) {
+        let reads_back = |text: &str| text.parse::<f64>() == Ok(v);
+        if d.on_bound(&reads_back) {
+            d = Decimal::strictly_inside(&|n| format!("{:.*e}", n - 1, v), &reads_back, 17);
+        }
+    }
+    d.write(out, 15);
 }
 
 /// Appends a float4 the same way, fixed notation for decimal exponents in `-4..6`.
@@ -47,7 +31,14 @@ pub fn write_float4(out: &mut Vec<u8>, v: f32) {
     if special(out, v.is_nan(), v.is_infinite(), v.is_sign_negative()) {
         return;
     }
-    write_shortest(out, ryu::Buffer::new().format_finite(v), 6);
+    let mut d = Decimal::parse(ryu::Buffer::new().format_finite(v));
+    if v.abs() >= 2f32.powi(15) {
+        let reads_back = |text: &str| text.parse::<f32>() == Ok(v);
+        if d.on_bound(&reads_back) {
+            d = Decimal::strictly_inside(&|n| format!("{:.*e}", n - 1, v), &reads_back, 9);
+        }
+    }
+    d.write(out, 6);
 }
 
 fn special(out: &mut Vec<u8>, nan: bool, infinite: bool, negative: bool) -> bool {
@@ -61,57 +52,141 @@ fn special(out: &mut Vec<u8>, nan: bool, infinite: bool, negative: bool) -> bool
     true
 }
 
-/// Re-lays Ryu's shortest digits (`-1.25e-7`, `1234.5`, `0.001`) in Postgres's layout.
-fn write_shortest(out: &mut Vec<u8>, ryu_text: &str, fixed_exp_max: i32) {
-    let (negative, text) = match ryu_text.strip_prefix('-') {
-        Some(t) => (true, t),
-        None => (false, ryu_text),
-    };
-    let (mantissa, exp_suffix) = match text.split_once('e') {
-        Some((m, e)) => (m, e.parse::<i32>().expect("exponent")),
-        None => (text, 0),
-    };
-    let int_len = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
-    let all: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
-    let leading_zeros = all.iter().take_while(|&&b| b == b'0').count();
-    let mut digits = all[leading_zeros.min(all.len() - 1)..].to_vec();
-    while digits.len() > 1 && digits[digits.len() - 1] == b'0' {
-        digits.pop();
-    }
-    // Decimal exponent of the first significant digit.
-    let exp = if digits == b"0" { 0 } else { int_len - 1 - leading_zeros as i32 + exp_suffix };
-    if negative {
-        out.push(b'-');
-    }
-    if (-4..fixed_exp_max).contains(&exp) {
-        if exp < 0 {
-            out.extend_from_slice(b"0.");
-            out.extend(std::iter::repeat_n(b'0', (-exp - 1) as usize));
-            out.extend_from_slice(&digits);
+/// A finite decimal: sign, significant digits (no leading or trailing zeros, `0` for zero) and
+/// the decimal exponent of the first digit.
+struct Decimal {
+    negative: bool,
+    buf: [u8; 40],
+    len: usize,
+    exp: i32,
+}
+
+/// Digits appended to nudge a decimal past a bound without changing anything else about it.
+const NUDGE_ZEROS: &str = "000000000000000000000";
+
+impl Decimal {
+    /// Reads `-1.25e-7`, `1234.5`, `0.001` (Ryu's and Rust's `{:e}` forms).
+    fn parse(text: &str) -> Decimal {
+        let (negative, text) = match text.strip_prefix('-') {
+            Some(t) => (true, t),
+            None => (false, text),
+        };
+        let (mantissa, exp_suffix) = match text.split_once('e') {
+            Some((m, e)) => (m, e.parse::<i32>().expect("exponent")),
+            None => (text, 0),
+        };
+        let int_len = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
+        let mut all = [0u8; 40];
+        let mut n = 0;
+        for b in mantissa.bytes().filter(|b| *b != b'.') {
+            all[n] = b;
+            n += 1;
+        }
+        let leading = all[..n]
+            .iter()
+            .take_while(|&&b| b == b'0')
+            .count()
+            .min(n - 1);
+        let mut len = n - leading;
+        while len > 1 && all[leading + len - 1] == b'0' {
+            len -= 1;
+        }
+        let mut buf = [0u8; 40];
+        buf[..len].copy_from_slice(&all[leading..leading + len]);
+        let exp = if &buf[..len] == b"0" {
+            0
         } else {
-            let int_len = exp as usize + 1;
-            if digits.len() <= int_len {
-                out.extend_from_slice(&digits);
-                out.extend(std::iter::repeat_n(b'0', int_len - digits.len()));
-            } else {
-                out.extend_from_slice(&digits[..int_len]);
-                out.push(b'.');
-                out.extend_from_slice(&digits[int_len..]);
+            int_len - 1 - leading as i32 + exp_suffix
+        };
+        Decimal {
+            negative,
+            buf,
+            len,
+            exp,
+        }
+    }
+
+    fn digits(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn text(&self, digits: &[u8], tail: &str) -> String {
+        let sign = if self.negative { "-" } else { "" };
+        let digits = std::str::from_utf8(digits).expect("ASCII digits");
+        format!("{sign}0.{digits}{tail}e{}", self.exp + 1)
+    }
+
+    /// Whether the decimal lies exactly on a bound of the interval that reads back as the
+    /// value: nudged outward by a far smaller amount than any digit, it no longer reads back.
+    fn on_bound(&self, reads_back: &dyn Fn(&str) -> bool) -> bool {
+        let above = self.text(self.digits(), &format!("{NUDGE_ZEROS}1"));
+        let mut lower = self.digits().to_vec();
+        let mut i = lower.len();
+        while i > 0 && lower[i - 1] == b'0' {
+            lower[i - 1] = b'9';
+            i -= 1;
+        }
+        if i == 0 {
+            return !reads_back(&above);
+        }
+        lower[i - 1] -= 1;
+        let below = self.text(&lower, &NUDGE_ZEROS.replace('0', "9"));
+        !reads_back(&above) || !reads_back(&below)
+    }
+
+    /// The shortest correctly rounded decimal strictly inside the interval.
+    fn strictly_inside(
+        format_digits: &dyn Fn(usize) -> String,
+        reads_back: &dyn Fn(&str) -> bool,
+        digits_max: usize,
+    ) -> Decimal {
+        for n in 1..digits_max {
+            let candidate = Decimal::parse(&format_digits(n));
+            let text = candidate.text(candidate.digits(), "");
+            if reads_back(&text) && !candidate.on_bound(reads_back) {
+                return candidate;
             }
         }
-    } else {
-        out.push(digits[0]);
-        if digits.len() > 1 {
-            out.push(b'.');
-            out.extend_from_slice(&digits[1..]);
+        Decimal::parse(&format_digits(digits_max))
+    }
+
+    /// Appends the decimal in Postgres's layout: fixed for exponents in `-4..fixed_exp_max`,
+    /// else `d.ddde±XX`.
+    fn write(&self, out: &mut Vec<u8>, fixed_exp_max: i32) {
+        let (digits, exp) = (self.digits(), self.exp);
+        if self.negative {
+            out.push(b'-');
         }
-        out.push(b'e');
-        out.push(if exp < 0 { b'-' } else { b'+' });
-        let abs = exp.unsigned_abs();
-        if abs < 10 {
-            out.push(b'0');
+        if (-4..fixed_exp_max).contains(&exp) {
+            if exp < 0 {
+                out.extend_from_slice(b"0.");
+                out.extend(std::iter::repeat_n(b'0', (-exp - 1) as usize));
+                out.extend_from_slice(digits);
+            } else {
+                let int_len = exp as usize + 1;
+                if digits.len() <= int_len {
+                    out.extend_from_slice(digits);
+                    out.extend(std::iter::repeat_n(b'0', int_len - digits.len()));
+                } else {
+                    out.extend_from_slice(&digits[..int_len]);
+                    out.push(b'.');
+                    out.extend_from_slice(&digits[int_len..]);
+                }
+            }
+        } else {
+            out.push(digits[0]);
+            if digits.len() > 1 {
+                out.push(b'.');
+                out.extend_from_slice(&digits[1..]);
+            }
+            out.push(b'e');
+            out.push(if exp < 0 { b'-' } else { b'+' });
+            let abs = exp.unsigned_abs();
+            if abs < 10 {
+                out.push(b'0');
+            }
+            write_int(out, abs as i64);
         }
-        write_int(out, abs as i64);
     }
 }
 
@@ -135,7 +210,13 @@ pub fn write_numeric(out: &mut Vec<u8>, raw: &[u8]) -> PgResult<()> {
     if raw.len() != 8 + 2 * ndigits {
         return Err(bad());
     }
-    let digit = |i: i64| if (0..ndigits as i64).contains(&i) { word(4 + i as usize) } else { 0 };
+    let digit = |i: i64| {
+        if (0..ndigits as i64).contains(&i) {
+            word(4 + i as usize)
+        } else {
+            0
+        }
+    };
     match sign {
         NUMERIC_NAN => return Ok(out.extend_from_slice(b"NaN")),
         NUMERIC_PINF => return Ok(out.extend_from_slice(b"Infinity")),
@@ -166,7 +247,12 @@ pub fn write_numeric(out: &mut Vec<u8>, raw: &[u8]) -> PgResult<()> {
 }
 
 fn push4(out: &mut Vec<u8>, d: u16) {
-    out.extend_from_slice(&[b'0' + (d / 1000) as u8, b'0' + (d / 100 % 10) as u8, b'0' + (d / 10 % 10) as u8, b'0' + (d % 10) as u8]);
+    out.extend_from_slice(&[
+        b'0' + (d / 1000) as u8,
+        b'0' + (d / 100 % 10) as u8,
+        b'0' + (d / 10 % 10) as u8,
+        b'0' + (d % 10) as u8,
+    ]);
 }
 
 #[cfg(test)]
@@ -192,6 +278,13 @@ mod tests {
         assert_eq!(f8(f64::MAX), "1.7976931348623157e+308");
         assert_eq!(f8(f64::NAN), "NaN");
         assert_eq!(f8(f64::NEG_INFINITY), "-Infinity");
+    }
+
+    #[test]
+    fn values_on_a_rounding_bound_get_the_longer_form() {
+        let mut out = Vec::new();
+        write_float4(&mut out, "4.831379e7".parse().unwrap());
+        assert_eq!(out, b"4.8313792e+07");
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! `ingest`: getting data out of Postgres.
+//!
+//! - Snapshot: Syncline's path (binary COPY → decode → Postgres text → one Electric JSON line
+//!   per row) against the same COPY drained without decoding, on a 1,000,000-row table.
+//! - Replication: one 100,000-row INSERT transaction decoded from the replication stream
+//!   against `pg_recvlogical --plugin=pgoutput` receiving the same transaction into a file.
+//!
+//! Each side runs `ROUNDS` times, interleaved, and the best round of each is compared: the
+//! best is the run least disturbed by other work on a shared machine.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::json;
+use syncline_core::Lsn;
+use syncline_pg::catalog::load_relation;
+use syncline_pg::publication::{add_table, ensure_publication};
+use syncline_pg::replication::{
+    drop_slot, ensure_slot, PgOutput, ReplicationStream, StreamOptions,
+};
+use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
+use syncline_pg::wire::{Mode, WireConnection};
+use syncline_pg::ConnConfig;
+use syncline_testkit::PgCluster;
+use tokio_postgres::Client;
+
+use crate::BenchResult;
+
+/// Rows in the snapshot table.
+const SNAPSHOT_ROWS: i64 = 1_000_000;
+/// Rows in the replicated transaction.
+const TXN_ROWS: i64 = 100_000;
+/// Rounds per measurement; the best of each side is compared.
+const ROUNDS: usize = 3;
+/// JSON bytes buffered before the sink drops them (the benchmark measures producing lines).
+const SINK_BYTES_MAX: usize = 1 << 20;
+const PUBLICATION: &str = "bench_pub";
+
+const CREATE_TABLE: &str = "CREATE TABLE bench_items (id bigint PRIMARY KEY, org_id int, status smallint, qty int,
+    price numeric(12,2), score float8, name text, descr text, created_at timestamptz, updated_at timestamp, flag bool)";
+
+/// `bench_items` rows `first..=last`; `descr` is ~65 characters.
+fn insert_rows_sql(first: i64, last: i64) -> String {
+    format!(
+        "INSERT INTO bench_items SELECT g, (g % 1000)::int, (g % 5)::smallint, ((g * 7) % 10000)::int,
+           ((g % 100000) / 100.0)::numeric(12,2), random(), 'item ' || g, md5(g::text) || md5((g + 1)::text) || ' x',
+           timestamptz '2024-01-01 00:00+00' + g * interval '1 second', timestamp '2024-01-01' + g * interval '1 minute', g % 2 = 0
+         FROM generate_series({first}, {last}) g"
+    )
+}
+
+/// Runs the scenario.
+pub fn run() -> BenchResult {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    // On a worker, as the server's tasks run, not on the runtime's outside thread.
+    let task = runtime.spawn(async { run_async().await.map_err(|e| e.to_string()) });
+    Ok(runtime.block_on(task)??)
+}
+
+async fn run_async() -> BenchResult {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
+    let config = ConnConfig::parse(&cluster.connection_string("postgres"))?;
+    let client = syncline_pg::connect(&config).await?;
+    client.batch_execute(CREATE_TABLE).await?;
+    eprintln!("generating {SNAPSHOT_ROWS} rows…");
+    client
+        .batch_execute(&insert_rows_sql(1, SNAPSHOT_ROWS))
+        .await?;
+    client
+        .batch_execute("VACUUM (FREEZE, ANALYZE) bench_items")
+        .await?;
+    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+
+    let relation = load_relation(&client, "public", "bench_items")
+        .await?
+        .ok_or("bench_items missing")?;
+    let query = SnapshotQuery::new(&relation, None, None)?;
+    let mut conn = WireConnection::connect(&config, "syncline-bench", Mode::Query).await?;
+    // Warm the caches once so neither side pays for the first read of the table.
+    raw_copy(&mut conn, &query).await?;
+    let (mut raw_runs, mut snapshot_runs, mut tokio_postgres_runs) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut json_bytes = 0;
+    for round in 0..ROUNDS {
+        let raw = raw_copy(&mut conn, &query).await?;
+        let (snap, bytes) = snapshot(&mut conn, &query).await?;
+        let other = tokio_postgres_copy(&client, &query).await?;
+        eprintln!("snapshot round {round}: raw COPY {raw:?}, syncline {snap:?}, tokio-postgres drain {other:?}");
+        raw_runs.push(raw.as_secs_f64());
+        snapshot_runs.push(snap.as_secs_f64());
+        tokio_postgres_runs.push(other.as_secs_f64());
+        json_bytes = bytes;
+    }
+    let raw_copy_rows_per_s = SNAPSHOT_ROWS as f64 / best(&raw_runs);
+    let snapshot_rows_per_s = SNAPSHOT_ROWS as f64 / best(&snapshot_runs);
+    let tokio_postgres_copy_rows_per_s = SNAPSHOT_ROWS as f64 / best(&tokio_postgres_runs);
+
+    ensure_publication(&client, PUBLICATION).await?;
+    add_table(&client, PUBLICATION, "public", "bench_items", false).await?;
+    let (mut ours_runs, mut recv_runs) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let (ours, theirs) = replication_round(&cluster, &config, &client, round as i64).await?;
+        eprintln!("replication round {round}: syncline {ours:?}, pg_recvlogical {theirs:?}");
+        ours_runs.push(ours.as_secs_f64());
+        recv_runs.push(theirs.as_secs_f64());
+    }
+    let replication_rows_per_s = TXN_ROWS as f64 / best(&ours_runs);
+    let pg_recvlogical_rows_per_s = TXN_ROWS as f64 / best(&recv_runs);
+
+    Ok(json!({
+        "parameters": {
+            "snapshot_rows": SNAPSHOT_ROWS,
+            "txn_rows": TXN_ROWS,
+            "rounds": ROUNDS,
+            "statistic": "best of rounds, each side",
+            "table": CREATE_TABLE.split_whitespace().collect::<Vec<_>>().join(" "),
+            "postgres_version": version,
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "snapshot_json_bytes": json_bytes,
+        },
+        "figures": {
+            "snapshot_rows_per_s": snapshot_rows_per_s.round(),
+            "raw_copy_rows_per_s": raw_copy_rows_per_s.round(),
+            "snapshot_ratio_vs_raw_copy": ratio(snapshot_rows_per_s, raw_copy_rows_per_s),
+            "tokio_postgres_copy_rows_per_s": tokio_postgres_copy_rows_per_s.round(),
+            "snapshot_ratio_vs_tokio_postgres_copy": ratio(snapshot_rows_per_s, tokio_postgres_copy_rows_per_s),
+            "replication_rows_per_s": replication_rows_per_s.round(),
+            "pg_recvlogical_rows_per_s": pg_recvlogical_rows_per_s.round(),
+            "replication_ratio_vs_pg_recvlogical": ratio(replication_rows_per_s, pg_recvlogical_rows_per_s),
+        },
+        "baselines": {
+            "raw_copy": "COPY (SELECT every column FROM bench_items) TO STDOUT (FORMAT binary) on the same connection and reader as the snapshot, every CopyData received and dropped without decoding",
+            "tokio_postgres_copy": "the same COPY drained by tokio-postgres (a second, slower reader, for reference)",
+            "pg_recvlogical": "pg_recvlogical --plugin=pgoutput -o proto_version=1 --start --endpos=<commit end> -f <file>",
+        },
+        "goals": { "snapshot_ratio_vs_raw_copy": ">= 0.8", "replication_ratio_vs_pg_recvlogical": ">= 0.8" },
+        "runs_s": {
+            "raw_copy": raw_runs, "snapshot": snapshot_runs, "tokio_postgres_copy": tokio_postgres_runs, "replication": ours_runs, "pg_recvlogical": recv_runs,
+        },
+    }))
+}
+
+fn best(runs: &[f64]) -> f64 {
+    runs.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    (a / b * 1000.0).round() / 1000.0
+}
+
+/// The baseline: the same COPY on the same reader, every CopyData received and dropped.
+async fn raw_copy(
+    conn: &mut WireConnection,
+    query: &SnapshotQuery,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await?;
+    conn.start_copy_out(&query.copy_sql()).await?;
+    let mut bytes = 0usize;
+    while conn
+        .read_copy_data(&mut |data| {
+            bytes += data.len();
+            Ok(())
+        })
+        .await?
+    {}
+    conn.simple_query("COMMIT").await?;
+    assert!(bytes > 0);
+    Ok(start.elapsed())
+}
+
+/// For reference: the same COPY drained through tokio-postgres.
+async fn tokio_postgres_copy(
+    client: &Client,
+    query: &SnapshotQuery,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut stream = std::pin::pin!(client.copy_out(&query.copy_sql()).await?);
+    let mut bytes = 0usize;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk?.len();
+    }
+    assert!(bytes > 0);
+    Ok(start.elapsed())
+}
+
+/// Syncline's snapshot path: begin (snapshot + LSN), COPY, decode, one JSON line per row.
+async fn snapshot(
+    conn: &mut WireConnection,
+    query: &SnapshotQuery,
+) -> Result<(Duration, usize), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut encoder = RowEncoder::new(
+        &query.schema,
+        &query.table,
+        &query.columns,
+        query.key_columns.clone(),
+    );
+    let mut snapshot = Snapshot::begin(conn, query).await?;
+    let mut sink = Vec::with_capacity(SINK_BYTES_MAX + 4096);
+    let mut total = 0usize;
+    while snapshot
+        .next_chunk(&mut |row| {
+            encoder.encode(&row, &mut sink)?;
+            sink.push(b'\n');
+            if sink.len() >= SINK_BYTES_MAX {
+                total += sink.len();
+                sink.clear();
+            }
+            Ok(())
+        })
+        .await?
+    {}
+    assert_eq!(snapshot.rows(), SNAPSHOT_ROWS as u64);
+    Ok((start.elapsed(), total + sink.len()))
+}
+
+/// One round: two fresh slots, one 100,000-row transaction, each consumer timed on it.
+async fn replication_round(
+    cluster: &PgCluster,
+    config: &ConnConfig,
+    client: &Client,
+    round: i64,
+) -> Result<(Duration, Duration), Box<dyn std::error::Error>> {
+    let (ours, theirs) = (
+        format!("bench_syncline_{round}"),
+        format!("bench_recvlogical_{round}"),
+    );
+    ensure_slot(config, &ours).await?;
+    ensure_slot(config, &theirs).await?;
+    let first = SNAPSHOT_ROWS + 1 + round * TXN_ROWS;
+    client
+        .batch_execute(&insert_rows_sql(first, first + TXN_ROWS - 1))
+        .await?;
+
+    let start = Instant::now();
+    let mut stream =
+        ReplicationStream::start(config, &StreamOptions::new(&ours, PUBLICATION)).await?;
+    let (mut inserts, mut value_bytes) = (0i64, 0usize);
+    let end_lsn = loop {
+        match stream.next().await?.message {
+            PgOutput::Insert { new, .. } => {
+                inserts += 1;
+                value_bytes += new
+                    .0
+                    .iter()
+                    .filter_map(|v| v.as_text())
+                    .map(<[u8]>::len)
+                    .sum::<usize>();
+            }
+            PgOutput::Commit { end_lsn, .. } => break end_lsn,
+            _ => {}
+        }
+    };
+    let ours_time = start.elapsed();
+    assert_eq!(inserts, TXN_ROWS);
+    assert!(value_bytes > 0);
+    drop(stream);
+
+    let theirs_time = pg_recvlogical(cluster, &theirs, end_lsn)?;
+    drop_slot(config, &ours).await?;
+    drop_slot(config, &theirs).await?;
+    client.batch_execute("CHECKPOINT").await?;
+    Ok((ours_time, theirs_time))
+}
+
+/// Times `pg_recvlogical` receiving everything up to `end_lsn` into a file.
+fn pg_recvlogical(
+    cluster: &PgCluster,
+    slot: &str,
+    end_lsn: Lsn,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let out = tempfile::NamedTempFile::new()?;
+    let start = Instant::now();
+    let status = Command::new(cluster.bindir().join("pg_recvlogical"))
+        .args([
+            "-d",
+            &cluster.connection_string("postgres"),
+            "-S",
+            slot,
+            "--start",
+            "--no-loop",
+        ])
+        .args([
+            "--plugin=pgoutput",
+            "-o",
+            "proto_version=1",
+            "-o",
+            &format!("publication_names={PUBLICATION}"),
+        ])
+        .arg(format!("--endpos={end_lsn}"))
+        .arg("-f")
+        .arg(out.path())
+        .status()?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        return Err(format!("pg_recvlogical failed: {status}").into());
+    }
+    let written = std::fs::metadata(out.path())?.len();
+    if written < TXN_ROWS as u64 * 100 {
+        return Err(format!("pg_recvlogical wrote only {written} bytes").into());
+    }
+    Ok(elapsed)
+}
