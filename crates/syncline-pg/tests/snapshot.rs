@@ -172,7 +172,10 @@ async fn recorded_snapshot_matches_what_the_rows_include() {
         .get(0);
     let mut ids = Vec::new();
     while snapshot
-        .next_chunk(&mut |row| Ok(ids.push(row.get(0).unwrap().to_vec())))
+        .next_chunk(&mut |row| {
+            ids.push(row.get(0).unwrap().to_vec());
+            Ok(())
+        })
         .await
         .unwrap()
     {}

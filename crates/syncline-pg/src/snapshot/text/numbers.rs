@@ -217,13 +217,17 @@ pub fn write_numeric(out: &mut Vec<u8>, raw: &[u8]) -> PgResult<()> {
             0
         }
     };
-    match sign {
-        NUMERIC_NAN => return Ok(out.extend_from_slice(b"NaN")),
-        NUMERIC_PINF => return Ok(out.extend_from_slice(b"Infinity")),
-        NUMERIC_NINF => return Ok(out.extend_from_slice(b"-Infinity")),
-        NUMERIC_NEG => out.push(b'-'),
-        NUMERIC_POS => {}
+    let special: &[u8] = match sign {
+        NUMERIC_NAN => b"NaN",
+        NUMERIC_PINF => b"Infinity",
+        NUMERIC_NINF => b"-Infinity",
+        NUMERIC_NEG => b"-",
+        NUMERIC_POS => b"",
         _ => return Err(bad()),
+    };
+    out.extend_from_slice(special);
+    if matches!(sign, NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF) {
+        return Ok(());
     }
     if weight < 0 {
         out.push(b'0');
