@@ -13,7 +13,15 @@ pub fn write_float8(out: &mut Vec<u8>, v: f64) {
     if special(out, v.is_nan(), v.is_infinite(), v.is_sign_negative()) {
         return;
     }
-    let mut d = Decimal::parse(ryu::Buffer::new().format_finite(v));
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(v);
+    // Fast path: in 1e-4..1e15 ryu already prints Postgres's fixed layout, but for a `.0` that
+    // Postgres leaves off.
+    if (1e-4..2f64.powi(44)).contains(&v.abs()) && !text.contains('e') {
+        out.extend_from_slice(text.strip_suffix(".0").unwrap_or(text).as_bytes());
+        return;
+    }
+    let mut d = Decimal::parse(text);
     // Postgres's Ryu never accepts a decimal lying exactly on the rounding interval's bound
     // (`acceptBounds = false`, since not every strtod rounds such ties alike); the ryu crate
     // does for even mantissas. That can only happen for magnitudes in this range.
