@@ -43,7 +43,11 @@ mod tests {
 
     #[test]
     fn round_trips_through_text() {
-        for (text, value) in [("0/0", 0u64), ("16/B374D848", 0x16_B374_D848), ("FFFFFFFF/FFFFFFFF", u64::MAX)] {
+        for (text, value) in [
+            ("0/0", 0u64),
+            ("16/B374D848", 0x16_B374_D848),
+            ("FFFFFFFF/FFFFFFFF", u64::MAX),
+        ] {
             let lsn: Lsn = text.parse().unwrap();
             assert_eq!(lsn, Lsn(value));
             assert_eq!(lsn.to_string(), text);

@@ -20,7 +20,10 @@ impl LogOffset {
     /// The first offset of all (`0_0`).
     pub const ZERO: LogOffset = LogOffset { tx: 0, op: 0 };
     /// The virtual offset after all snapshot data and before all replicated data (`0_inf`).
-    pub const SNAPSHOT_END: LogOffset = LogOffset { tx: 0, op: u64::MAX };
+    pub const SNAPSHOT_END: LogOffset = LogOffset {
+        tx: 0,
+        op: u64::MAX,
+    };
 
     /// Builds an offset from its two parts.
     pub const fn new(tx: u64, op: u64) -> Self {
@@ -67,7 +70,11 @@ mod tests {
 
     #[test]
     fn parses_and_prints() {
-        for (text, tx, op) in [("0_0", 0, 0), ("0_inf", 0, u64::MAX), ("24011432_6", 24011432, 6)] {
+        for (text, tx, op) in [
+            ("0_0", 0, 0),
+            ("0_inf", 0, u64::MAX),
+            ("24011432_6", 24011432, 6),
+        ] {
             let off: LogOffset = text.parse().unwrap();
             assert_eq!(off, LogOffset::new(tx, op));
             assert_eq!(off.to_string(), text);
@@ -83,7 +90,19 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "1", "_1", "1_", "-1_0", "1_-2", "a_b", "1_2_3", "+1_2", "1_ 2", "18446744073709551616_0"] {
+        for bad in [
+            "",
+            "1",
+            "_1",
+            "1_",
+            "-1_0",
+            "1_-2",
+            "a_b",
+            "1_2_3",
+            "+1_2",
+            "1_ 2",
+            "18446744073709551616_0",
+        ] {
             assert!(bad.parse::<LogOffset>().is_err(), "{bad}");
         }
     }

@@ -95,12 +95,19 @@ pub struct RelationDesc {
 impl RelationDesc {
     /// Finds a column by exact name.
     pub fn column(&self, name: &str) -> Option<(usize, &ColumnDesc)> {
-        self.columns.iter().enumerate().find(|(_, c)| c.name == name)
+        self.columns
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name == name)
     }
 
     /// Primary-key columns in key order.
     pub fn primary_key(&self) -> Vec<&ColumnDesc> {
-        let mut pk: Vec<&ColumnDesc> = self.columns.iter().filter(|c| c.pk_index.is_some()).collect();
+        let mut pk: Vec<&ColumnDesc> = self
+            .columns
+            .iter()
+            .filter(|c| c.pk_index.is_some())
+            .collect();
         pk.sort_by_key(|c| c.pk_index);
         pk
     }

@@ -66,7 +66,9 @@ impl FromStr for PgSnapshot {
         let mut xip = if list.is_empty() {
             Vec::new()
         } else {
-            list.split(',').map(|x| x.parse::<u64>().map_err(|_| err())).collect::<Result<Vec<_>, _>>()?
+            list.split(',')
+                .map(|x| x.parse::<u64>().map_err(|_| err()))
+                .collect::<Result<Vec<_>, _>>()?
         };
         xip.sort_unstable();
         if xmin > xmax || xip.iter().any(|&x| x < xmin || x >= xmax) {
@@ -83,7 +85,14 @@ mod tests {
     #[test]
     fn parses_pg_text() {
         let s: PgSnapshot = "10:20:12,15".parse().unwrap();
-        assert_eq!(s, PgSnapshot { xmin: 10, xmax: 20, xip: vec![12, 15] });
+        assert_eq!(
+            s,
+            PgSnapshot {
+                xmin: 10,
+                xmax: 20,
+                xip: vec![12, 15]
+            }
+        );
         assert_eq!(s.to_string(), "10:20:12,15");
         assert_eq!("5:5:".parse::<PgSnapshot>().unwrap().xip, Vec::<u64>::new());
         for bad in ["", "1:2", "3:2:", "1:5:7", "a:b:"] {
@@ -93,7 +102,11 @@ mod tests {
 
     #[test]
     fn visibility_follows_xmin_xmax_xip() {
-        let s = PgSnapshot { xmin: 100, xmax: 110, xip: vec![103, 107] };
+        let s = PgSnapshot {
+            xmin: 100,
+            xmax: 110,
+            xip: vec![103, 107],
+        };
         assert!(s.is_visible(99));
         assert!(s.is_visible(100));
         assert!(!s.is_visible(103));
@@ -106,7 +119,11 @@ mod tests {
     fn visibility_across_32_bit_wraparound() {
         // Epoch 3, horizon just past a 32-bit wrap.
         let base = 3u64 << 32;
-        let s = PgSnapshot { xmin: base - 10, xmax: base + 5, xip: vec![base - 2, base + 1] };
+        let s = PgSnapshot {
+            xmin: base - 10,
+            xmax: base + 5,
+            xip: vec![base - 2, base + 1],
+        };
         assert!(s.is_visible(u32::MAX - 20)); // epoch 2, well before xmin
         assert!(s.is_visible(u32::MAX - 5)); // epoch 2, between xmin and xmax
         assert!(!s.is_visible(u32::MAX - 1)); // base - 2, in progress

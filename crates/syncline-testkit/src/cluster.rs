@@ -64,7 +64,10 @@ impl PgCluster {
     }
 
     fn start_once(bindir: &Path, template: &Path) -> Result<PgCluster, String> {
-        let root = tempfile::Builder::new().prefix("syncline-pg-").tempdir().map_err(|e| e.to_string())?;
+        let root = tempfile::Builder::new()
+            .prefix("syncline-pg-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
         let data = root.path().join("data");
         run(Command::new("cp").arg("-a").arg(template).arg(&data))?;
         give_to_server_user(root.path())?;
@@ -72,14 +75,24 @@ impl PgCluster {
         let log = fs::File::create(root.path().join("server.log")).map_err(|e| e.to_string())?;
         give_to_server_user(&root.path().join("server.log"))?;
         let mut cmd = Command::new(bindir.join("postgres"));
-        cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).arg("-k").arg(root.path());
+        cmd.arg("-D")
+            .arg(&data)
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("-k")
+            .arg(root.path());
         for (key, value) in SERVER_SETTINGS {
             cmd.arg("-c").arg(format!("{key}={value}"));
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
         as_server_user(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("spawning postgres: {e}"))?;
-        let mut cluster = PgCluster { child, port, bindir: bindir.to_owned(), root };
+        let mut cluster = PgCluster {
+            child,
+            port,
+            bindir: bindir.to_owned(),
+            root,
+        };
         cluster.wait_ready()?;
         Ok(cluster)
     }
@@ -89,7 +102,10 @@ impl PgCluster {
         let pid_file = self.data_dir().join("postmaster.pid");
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("postgres exited with {status}: {}", self.server_log()));
+                return Err(format!(
+                    "postgres exited with {status}: {}",
+                    self.server_log()
+                ));
             }
             let ready = fs::read_to_string(&pid_file)
                 .map(|text| text.lines().nth(7).map(str::trim) == Some("ready"))
@@ -99,7 +115,10 @@ impl PgCluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!("postgres not ready after {START_TIMEOUT:?}: {}", self.server_log()))
+        Err(format!(
+            "postgres not ready after {START_TIMEOUT:?}: {}",
+            self.server_log()
+        ))
     }
 
     /// The TCP port (on 127.0.0.1) and unix-socket port number.
@@ -129,7 +148,11 @@ impl PgCluster {
 
     /// A libpq key-value connection string for `dbname` over the unix socket.
     pub fn connection_string(&self, dbname: &str) -> String {
-        format!("host={} port={} user=postgres dbname={dbname}", self.socket_dir().display(), self.port)
+        format!(
+            "host={} port={} user=postgres dbname={dbname}",
+            self.socket_dir().display(),
+            self.port
+        )
     }
 
     /// A `postgres://` URL for `dbname` over TCP on 127.0.0.1.
@@ -139,9 +162,10 @@ impl PgCluster {
 
     /// Opens a client to `dbname`; its connection task runs on the current tokio runtime.
     pub async fn connect(&self, dbname: &str) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.connection_string(dbname), tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("connecting to private cluster: {e}"));
+        let (client, connection) =
+            tokio_postgres::connect(&self.connection_string(dbname), tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("connecting to private cluster: {e}"));
         tokio::spawn(async move {
             // The connection ends with an error when the cluster or the test goes away first.
             let _ = connection.await;
@@ -152,9 +176,15 @@ impl PgCluster {
     /// Creates a fresh database and returns its name (`prefix` plus a counter).
     pub async fn create_database(&self, prefix: &str) -> String {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let name = format!("{prefix}_{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let name = format!(
+            "{prefix}_{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let admin = self.connect("postgres").await;
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("CREATE DATABASE");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("CREATE DATABASE");
         name
     }
 }
@@ -179,17 +209,34 @@ impl Drop for PgCluster {
 fn template_dir(bindir: &Path) -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
-        let version = bindir.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
-        let name = format!("syncline-testkit-template-{}-{}", version.unwrap_or_default(), unsafe { libc::geteuid() });
+        let version = bindir
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        let name = format!(
+            "syncline-testkit-template-{}-{}",
+            version.unwrap_or_default(),
+            unsafe { libc::geteuid() }
+        );
         let template = std::env::temp_dir().join(name);
         if template.join("PG_VERSION").exists() {
             return template;
         }
-        let staging = tempfile::Builder::new().prefix("syncline-initdb-").tempdir().expect("temp dir for initdb");
+        let staging = tempfile::Builder::new()
+            .prefix("syncline-initdb-")
+            .tempdir()
+            .expect("temp dir for initdb");
         give_to_server_user(staging.path()).expect("chown for initdb");
         let data = staging.path().join("data");
         let mut cmd = Command::new(bindir.join("initdb"));
-        cmd.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"]);
+        cmd.arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "--encoding=UTF8",
+            "--locale=C",
+        ]);
         as_server_user(&mut cmd);
         run(&mut cmd).expect("initdb");
         // Another process may have won the race; either way a complete template now exists.
@@ -203,7 +250,11 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("{cmd:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        Err(format!(
+            "{cmd:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }
 
@@ -218,7 +269,10 @@ fn server_user() -> Option<(u32, u32)> {
     }
     let name = c"postgres";
     let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    assert!(!pw.is_null(), "running as root needs a `postgres` user to run the server as");
+    assert!(
+        !pw.is_null(),
+        "running as root needs a `postgres` user to run the server as"
+    );
     Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
 }
 
@@ -230,7 +284,8 @@ fn as_server_user(cmd: &mut Command) {
 
 fn give_to_server_user(path: &Path) -> Result<(), String> {
     if let Some((uid, gid)) = server_user() {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| format!("chown {path:?}: {e}"))?;
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            .map_err(|e| format!("chown {path:?}: {e}"))?;
     }
     if path.is_dir() {
         fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;

@@ -9,7 +9,10 @@ async fn starts_with_logical_wal_and_cleans_up() {
     assert_eq!(row.get::<_, String>(0), "logical");
     let db = cluster.create_database("t").await;
     let other = cluster.connect(&db).await;
-    other.batch_execute("CREATE TABLE x (id int primary key)").await.unwrap();
+    other
+        .batch_execute("CREATE TABLE x (id int primary key)")
+        .await
+        .unwrap();
     drop(client);
     drop(other);
     drop(cluster);
