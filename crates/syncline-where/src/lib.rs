@@ -28,6 +28,13 @@ pub use eval::{Row, RowTypes};
 pub use expr::Expr;
 pub use types::Type;
 
+/// Stack that parsing and checking may need: a debug build overflows 2 MiB (a tokio worker's
+/// stack) when the parse-tree decoder reaches its depth limit; this leaves a wide margin.
+pub const PARSE_STACK_RED_ZONE_BYTES: usize = 8 << 20;
+/// Size of the stack parsing and checking switch to when the current one has less than
+/// [`PARSE_STACK_RED_ZONE_BYTES`] left.
+pub const PARSE_STACK_BYTES: usize = 16 << 20;
+
 /// A checked where clause.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Where {
@@ -37,15 +44,22 @@ pub struct Where {
 
 impl Where {
     /// Parses and checks `where_text` against `relation`; `params[0]` is `$1`.
+    ///
+    /// Runs on a stack of its own when the caller's has less than
+    /// [`PARSE_STACK_RED_ZONE_BYTES`] left: decoding the parse tree recurses once per nesting
+    /// level (up to the decoder's limit of 100), with large frames, and no input may overflow a
+    /// server thread's stack.
     pub fn new(
         where_text: &str,
         relation: &RelationDesc,
         params: &[String],
     ) -> Result<Where, WhereError> {
-        let node = parse::parse_where(where_text)?;
-        let expr = check::check(&node, relation, params)?;
-        let sql = render::render(&expr);
-        Ok(Where { expr, sql })
+        stacker::maybe_grow(PARSE_STACK_RED_ZONE_BYTES, PARSE_STACK_BYTES, || {
+            let node = parse::parse_where(where_text)?;
+            let expr = check::check(&node, relation, params)?;
+            let sql = render::render(&expr);
+            Ok(Where { expr, sql })
+        })
     }
 
     /// Canonical SQL: what the snapshot query runs and what shape identity compares.

@@ -49,6 +49,9 @@ pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
     let sql = format!("{PREFIX}{where_text}");
     let result = match pg_query::parse(&sql, 0) {
         Ok(result) => result,
+        Err(pg_query::Error::Decode(_)) => {
+            return Err(WhereError::new("expression nested too deeply"))
+        }
         Err(_) => return Err(syntax_error(&sql)),
     };
     let stmts = result.protobuf.stmts;

@@ -50,6 +50,9 @@ fn renders_canonical_sql() {
     }
 }
 
+/// 17 factors of scale 999: a product of scale 16983, above numeric's 16383.
+const OVERFLOWING_SCALE: &str = "n = 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999 * 1e-999";
+
 #[test]
 fn rejects_with_electric_messages() {
     let cases: &[(&str, &[&str], &str)] = &[
@@ -116,6 +119,16 @@ fn rejects_with_electric_messages() {
         ),
         ("1 / 0 = 1", &[], "error: division by zero"),
         (
+            "n = 1e-2000",
+            &[],
+            "error: At location 4: invalid input syntax for type numeric: \"1e-2000\"",
+        ),
+        (
+            OVERFLOWING_SCALE,
+            &[],
+            "error: value overflows numeric format",
+        ),
+        (
             "now() > tz",
             &[],
             "error: At location 0: unknown or unsupported function now/0",
@@ -124,4 +137,24 @@ fn rejects_with_electric_messages() {
     for (text, params, want) in cases {
         assert_eq!(outcome(text, params), *want, "{text}");
     }
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep =
+        |open: &str, close: &str, n: usize| format!("{}i4 = 1{}", open.repeat(n), close.repeat(n));
+    for text in [
+        deep("(", ")", 30_000),
+        deep("NOT ", "", 10_000),
+        deep("- ", "", 10_000).replace("i4 = 1", "i4") + " = 1",
+        deep("lower(", ")", 5_000),
+        deep("lower(", ")", 500),
+        format!("{}1 = 1", "1 + ".repeat(3_000)),
+        format!("i4 IN ({})", vec!["1"; 10_000].join(", ")),
+        vec!["i4 = 1"; 5_000].join(" AND "),
+    ] {
+        let _ = outcome(&text, &[]);
+    }
+    assert_eq!(outcome(&deep("(", ")", 300), &[]), r#"("i4" = '1'::int4)"#);
+    assert!(outcome(&deep("NOT ", "", 300), &[]).contains("nested too deeply"));
 }

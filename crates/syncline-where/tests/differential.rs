@@ -19,7 +19,7 @@ const SEED_FIXED: u64 = 0x5EED_0004;
 /// Rows per seed.
 const ROWS: usize = 40;
 /// Where clauses per seed.
-const CLAUSES: usize = 700;
+const CLAUSES: usize = 1000;
 /// Largest share of generated clauses Syncline may reject (outside the subset), in percent.
 const REJECTED_PERCENT_MAX: usize = 10;
 

@@ -177,7 +177,7 @@ fn numeric_op(op: &Op, x: &Numeric, y: &Numeric) -> Result<Datum, EvalError> {
             )))
         }
     };
-    Ok(Datum::Numeric(Arc::new(v)))
+    Ok(Datum::Numeric(Arc::new(v.checked()?)))
 }
 
 fn date_plus_days(d: i32, n: i64) -> Result<Datum, EvalError> {

@@ -35,7 +35,7 @@ impl Array {
         let invalid = || {
             EvalError::Other(format!(
                 "malformed array literal: \"{}\"",
-                &text[..text.len().min(64)]
+                text.chars().take(64).collect::<String>()
             ))
         };
         let mut parser = Parser {

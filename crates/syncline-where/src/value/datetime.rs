@@ -427,7 +427,9 @@ fn split_offset(rest: &str) -> Option<(&str, i64)> {
     let sign = if zone.starts_with('-') { -1 } else { 1 };
     let fields: Vec<&str> = zone[1..].split(':').collect();
     let secs = match fields.as_slice() {
-        [hhmm] if hhmm.len() == 4 => digits(&hhmm[..2])? * 3600 + digits(&hhmm[2..])? * 60,
+        [hhmm] if hhmm.len() == 4 && hhmm.is_ascii() => {
+            digits(&hhmm[..2])? * 3600 + digits(&hhmm[2..])? * 60
+        }
         [h] if h.len() <= 2 => digits(h)? * 3600,
         [h, m] => digits(h)? * 3600 + digits(m)? * 60,
         [h, m, s] => digits(h)? * 3600 + digits(m)? * 60 + digits(s)?,

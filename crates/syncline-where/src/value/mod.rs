@@ -68,7 +68,9 @@ impl Datum {
             Type::Int8 => Datum::Int(parse_int(text, i64::MIN, i64::MAX, "bigint")?),
             Type::Float4 => Datum::Float(float::parse(text, true).ok_or_else(invalid)?),
             Type::Float8 => Datum::Float(float::parse(text, false).ok_or_else(invalid)?),
-            Type::Numeric => Datum::Numeric(Arc::new(Numeric::parse(text).ok_or_else(invalid)?)),
+            Type::Numeric => Datum::Numeric(Arc::new(
+                Numeric::parse(text).ok_or_else(invalid)?.checked()?,
+            )),
             Type::Text | Type::Enum(_) => Datum::Text(Arc::from(text)),
             Type::Uuid => Datum::Uuid(parse_uuid(text).ok_or_else(invalid)?),
             Type::Date => Datum::Date(datetime::parse_date(text).ok_or_else(invalid)?),

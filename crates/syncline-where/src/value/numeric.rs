@@ -12,6 +12,12 @@ use crate::error::EvalError;
 const QUOTIENT_DIGITS_MIN: i64 = 16;
 /// Largest display scale Postgres produces (`NUMERIC_MAX_DISPLAY_SCALE`).
 const DISPLAY_SCALE_MAX: i64 = 1000;
+/// Largest exponent numeric input accepts (`NUMERIC_MAX_PRECISION`).
+const EXPONENT_MAX: i64 = 1000;
+/// Most digits after the point a numeric holds (`NUMERIC_DSCALE_MAX`).
+const SCALE_MAX: i64 = 0x3FFF;
+/// Most digits before the point a numeric holds (131072).
+const INTEGER_DIGITS_MAX: i64 = 131_072;
 /// Decimal digits per Postgres numeric base digit (`DEC_DIGITS`, base 10000).
 const BASE_DIGITS: i64 = 4;
 
@@ -49,7 +55,10 @@ impl Numeric {
             && mantissa.bytes().filter(|&b| b == b'.').count() <= 1;
         let exponent_ok = exponent.is_none_or(|e| {
             let e = e.strip_prefix(['+', '-']).unwrap_or(e);
-            !e.is_empty() && e.len() <= 6 && e.bytes().all(|b| b.is_ascii_digit())
+            !e.is_empty()
+                && e.len() <= 4
+                && e.bytes().all(|b| b.is_ascii_digit())
+                && e.parse::<i64>().is_ok_and(|e| e <= EXPONENT_MAX)
         });
         if !digits_ok || !exponent_ok {
             return None;
@@ -61,6 +70,18 @@ impl Numeric {
         } else {
             value
         }))
+    }
+
+    /// Rejects values Postgres cannot store (`value overflows numeric format`).
+    pub fn checked(self) -> Result<Numeric, EvalError> {
+        if let Numeric::Finite(v) = &self {
+            let (digits, scale) = v.as_bigint_and_exponent();
+            let integer_digits = digits.magnitude().to_string().len() as i64 - scale;
+            if scale > SCALE_MAX || integer_digits > INTEGER_DIGITS_MAX {
+                return Err(EvalError::Other("value overflows numeric format".into()));
+            }
+        }
+        Ok(self)
     }
 
     /// From an integer.

@@ -412,7 +412,7 @@ impl Gen<'_> {
                 self.pick(&["true", "false", "'t'", "NULL", "b"])
             ),
             14 => format!("u {cmp} {}", self.lit("u")),
-            15 => format!("{} {cmp} {}", self.date(depth), self.date(depth)),
+            15 => format!("{} {cmp} {}", self.date(), self.date()),
             16 => format!(
                 "{} {cmp} {}",
                 self.pick(&["ts", "tz", "d", "ts + iv", "tz - iv", "d + iv"]),
@@ -424,7 +424,11 @@ impl Gen<'_> {
                 ])
             ),
             17 => format!("{} {cmp} {}", self.interval(), self.interval()),
-            18 => format!("e {} {}", self.pick(&["=", "<>"]), self.lit("e")),
+            18 if self.rng.gen() => format!("e {} {}", self.pick(&["=", "<>"]), self.lit("e")),
+            18 => format!(
+                "tm {cmp} {}",
+                self.pick(&["'12:30:00.5'", "tm", "'24:00'", "'07:05'::time"])
+            ),
             19 => self.json(),
             20 => "b".into(),
             21 => format!(
@@ -465,7 +469,7 @@ impl Gen<'_> {
             0 => self.int(depth),
             1 => self.text(depth),
             2 => self.num(depth),
-            3 => self.pick(&["j", "ai", "u", "tz", "iv", "e"]).into(),
+            3 => self.pick(&["j", "ai", "u", "tz", "iv", "e", "tm"]).into(),
             _ => format!("({})", self.boolean(depth.saturating_sub(1))),
         }
     }
@@ -568,7 +572,8 @@ impl Gen<'_> {
                 _ => format!(
                     "{}::text",
                     self.pick(&[
-                        "i4", "n", "f8", "f4", "d", "ts", "tz", "iv", "u", "b", "ai", "j", "e"
+                        "i4", "n", "f8", "f4", "d", "ts", "tz", "iv", "u", "b", "ai", "j", "e",
+                        "tm"
                     ])
                 ),
             };
@@ -579,8 +584,7 @@ impl Gen<'_> {
         }
     }
 
-    fn date(&mut self, depth: u32) -> String {
-        let _ = depth;
+    fn date(&mut self) -> String {
         self.pick(&[
             "d",
             "d + 1",
