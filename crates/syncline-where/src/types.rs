@@ -126,8 +126,9 @@ impl Type {
         }
     }
 
-    /// The type both operands convert to implicitly, if any (same type, or the wider one of
-    /// the same numeric or date/time category).
+    /// The type both convert to implicitly, if any (same type, or the wider one of the same
+    /// numeric or date/time category): Postgres's `select_common_type`, used for IN lists,
+    /// COALESCE, GREATEST/LEAST and ARRAY[].
     pub fn common(a: &Type, b: &Type) -> Option<Type> {
         if a == b {
             return Some(a.clone());
@@ -141,6 +142,17 @@ impl Type {
         } else {
             b.clone()
         })
+    }
+
+    /// The type a binary operator on `a` and `b` computes in (Postgres's operator resolution):
+    /// as [`Type::common`], except that float4 with any other numeric type resolves to the
+    /// float4/float8 cross-type operators, so the comparison or arithmetic is done in float8.
+    pub fn operator_common(a: &Type, b: &Type) -> Option<Type> {
+        let mixed_float4 = (*a == Type::Float4) != (*b == Type::Float4);
+        if mixed_float4 && a.category() == Category::Numeric && b.category() == Category::Numeric {
+            return Some(Type::Float8);
+        }
+        Type::common(a, b)
     }
 
     /// Whether values of this type have a total order usable by `<`, `>`, BETWEEN.

@@ -339,9 +339,19 @@ impl Checker<'_> {
         Ok((self.item(l)?, self.item(r)?))
     }
 
-    /// Brings two operands to their common type.
+    /// Brings the two operands of a comparison to the type its operator works in.
     fn unify(&self, l: Item, r: Item, at: i32) -> Result<(Expr, Expr), WhereError> {
-        let ty = self.common_type([&l, &r].into_iter(), at)?;
+        let ty = match (&l, &r) {
+            (Item::Typed(a), Item::Typed(b)) => {
+                Type::operator_common(a.ty(), b.ty()).ok_or_else(|| {
+                    error(
+                        at,
+                        format!("operator does not exist: {} = {}", a.ty(), b.ty()),
+                    )
+                })?
+            }
+            _ => self.common_type([&l, &r].into_iter(), at)?,
+        };
         Ok((self.coerce(l, &ty, at)?, self.coerce(r, &ty, at)?))
     }
 
@@ -388,7 +398,7 @@ impl Checker<'_> {
                     .ty()
                     .element()
                     .ok_or_else(|| error(at, "op ANY/ALL (array) requires array on right side"))?;
-                Type::common(l.ty(), elem).ok_or_else(|| {
+                Type::operator_common(l.ty(), elem).ok_or_else(|| {
                     error(
                         at,
                         format!("operator does not exist: {} {op} {}", l.ty(), a.ty()),

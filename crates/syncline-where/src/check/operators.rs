@@ -110,11 +110,11 @@ pub fn binary_operand_types(
     let numeric = |t: &Type| t.category() == Category::Numeric;
     let pair = match (op, &lt, &rt) {
         ("+" | "-" | "*" | "/", a, b) if numeric(a) && numeric(b) => {
-            let c = Type::common(a, b).ok_or_else(fail)?;
+            let c = Type::operator_common(a, b).ok_or_else(fail)?;
             (c.clone(), c)
         }
         ("%" | "&" | "|" | "#", a, b) if numeric(a) && numeric(b) => {
-            let c = Type::common(a, b).ok_or_else(fail)?;
+            let c = Type::operator_common(a, b).ok_or_else(fail)?;
             if !(c.is_integer() || (op == "%" && c == Numeric)) {
                 return Err(fail());
             }
@@ -134,7 +134,7 @@ pub fn binary_operand_types(
         ("-", Timestamp | Timestamptz, Timestamp | Timestamptz)
         | ("-", Date, Timestamp | Timestamptz)
         | ("-", Timestamp | Timestamptz, Date) => {
-            let c = Type::common(&lt, &rt).ok_or_else(fail)?;
+            let c = Type::operator_common(&lt, &rt).ok_or_else(fail)?;
             (c.clone(), c)
         }
         ("+" | "-", Interval, Interval) => (Interval, Interval),
