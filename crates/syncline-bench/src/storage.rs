@@ -37,6 +37,8 @@ const READ_LOG_TXNS: u64 = 128;
 const READ_SAMPLES: usize = 200;
 /// Readers started together in the concurrency figure.
 const CONCURRENT_READERS: usize = 200;
+/// Rounds of the concurrency figure (engines take turns; medians are reported).
+const CONCURRENT_ROUNDS: usize = 3;
 
 /// One message with its offset.
 #[derive(Clone)]
@@ -103,6 +105,7 @@ pub fn run() -> Result<Value> {
             "read_log_ops_per_txn": 1000,
             "read_samples": READ_SAMPLES,
             "concurrent_readers": CONCURRENT_READERS,
+            "concurrent_rounds": CONCURRENT_ROUNDS,
             "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         },
         "durability_policy": "every transaction is durable before the next starts: syncline flush() \
@@ -234,47 +237,11 @@ fn read_figures(
     baselines: &mut Map<String, Value>,
 ) -> Result<()> {
     let dir = work.join("read");
-    let mut logs = engines(&dir, READ_CHUNK_BYTES_MAX)?;
-    let raw_path = dir.join("raw.json");
-    let mut raw = File::create(&raw_path)?;
-    for tx in 1..=READ_LOG_TXNS {
-        let txn = transaction(tx, 1000);
-        for (_, log) in logs.iter_mut() {
-            log.append_durable(&txn)?;
-        }
-        raw.write_all(&txn.iter().flat_map(|m| m.json.clone()).collect::<Vec<_>>())?;
-    }
-    raw.sync_data()?;
+    let logs = build_read_logs(&dir)?;
     let offsets = sample_offsets(READ_SAMPLES, 0x5eed);
-    let mut syncline = SynclineLog::open_reader(&dir.join("syncline"))?;
     for chunks in [5usize, 10] {
-        let counts = offsets
-            .iter()
-            .map(|&o| syncline.read_chunks(o, chunks, &mut Vec::new()))
-            .collect::<Result<Vec<_>>>()?;
-        let capacity = counts.iter().max().unwrap() * MESSAGE_BYTES;
-        let mut means = Map::new();
-        means.insert(
-            "syncline".into(),
-            json!(mean_us(&offsets, capacity, |o, out| syncline
-                .read_chunks(o, chunks, out)
-                .map(drop))?),
-        );
-        for (name, log) in logs.iter().skip(1) {
-            let mut reader = log.reader()?;
-            let mut i = 0;
-            let mean = mean_us(&offsets, capacity, |o, out| {
-                i += 1;
-                reader.read_messages(o, counts[i - 1], out)
-            })?;
-            means.insert((*name).into(), json!(mean));
-        }
-        let raw_file = File::open(&raw_path)?;
-        let mut i = 0;
-        let raw_mean = mean_us(&offsets, capacity, |o, out| {
-            i += 1;
-            raw_read(&raw_file, o, counts[i - 1], out)
-        })?;
+        let mut means = read_latency_us(&dir, &logs, &offsets, chunks)?;
+        let raw_mean = means.remove("raw_pread").unwrap().as_f64().unwrap();
         baselines.insert(format!("raw_pread_{chunks}_chunks_us"), json!(raw_mean));
         if chunks == 10 {
             let ours = means["syncline"].as_f64().unwrap();
@@ -299,8 +266,65 @@ fn read_figures(
     Ok(())
 }
 
+/// The same log of `READ_LOG_TXNS` 1000-message transactions in every engine, and as one flat
+/// file (`raw.json`) for the raw baseline.
+fn build_read_logs(dir: &Path) -> Result<Vec<(&'static str, Box<dyn ShapeLog>)>> {
+    let mut logs = engines(dir, READ_CHUNK_BYTES_MAX)?;
+    let mut raw = File::create(dir.join("raw.json"))?;
+    for tx in 1..=READ_LOG_TXNS {
+        let txn = transaction(tx, 1000);
+        for (_, log) in logs.iter_mut() {
+            log.append_durable(&txn)?;
+        }
+        raw.write_all(&txn.iter().flat_map(|m| m.json.clone()).collect::<Vec<_>>())?;
+    }
+    raw.sync_data()?;
+    Ok(logs)
+}
+
+/// Mean microseconds per read of `chunks` Syncline chunks from each offset, and of the same
+/// messages from every peer and the raw file. Engines take turns on each offset, so that
+/// interference from other work on the machine hits all alike.
+fn read_latency_us(
+    dir: &Path,
+    logs: &[(&'static str, Box<dyn ShapeLog>)],
+    offsets: &[LogOffset],
+    chunks: usize,
+) -> Result<Map<String, Value>> {
+    let mut syncline = SynclineLog::open_reader(&dir.join("syncline"))?;
+    let mut peers: Vec<(&str, Box<dyn ShapeLogReader>)> = Vec::new();
+    for (name, log) in logs.iter().skip(1) {
+        peers.push((name, log.reader()?));
+    }
+    peers.push((
+        "raw_pread",
+        Box::new(RawReader(File::open(dir.join("raw.json"))?)),
+    ));
+    let mut totals = vec![Duration::ZERO; peers.len() + 1];
+    for &from in offsets {
+        let mut out = Vec::with_capacity(chunks * (READ_CHUNK_BYTES_MAX as usize + MESSAGE_BYTES));
+        let start = Instant::now();
+        let count = syncline.read_chunks(from, chunks, &mut out)?;
+        totals[0] += start.elapsed();
+        for ((_, reader), total) in peers.iter_mut().zip(&mut totals[1..]) {
+            let mut theirs = Vec::with_capacity(out.len());
+            let start = Instant::now();
+            reader.read_messages(from, count, &mut theirs)?;
+            *total += start.elapsed();
+            assert_eq!(theirs, out, "every engine reads the same bytes");
+        }
+    }
+    let mean = |d: Duration| json!(d.as_secs_f64() * 1e6 / offsets.len() as f64);
+    let mut means = Map::new();
+    means.insert("syncline".into(), mean(totals[0]));
+    for ((name, _), total) in peers.iter().zip(&totals[1..]) {
+        means.insert((*name).into(), mean(*total));
+    }
+    Ok(means)
+}
+
 /// `CONCURRENT_READERS` threads, released together, each reading 10 chunks' worth from its
-/// own random offset; wall time in milliseconds per engine.
+/// own random offset; median wall time in milliseconds per engine over `CONCURRENT_ROUNDS`.
 fn concurrent_figure(
     dir: &Path,
     logs: &[(&'static str, Box<dyn ShapeLog>)],
@@ -314,13 +338,18 @@ fn concurrent_figure(
         .iter()
         .map(|&o| syncline.read_chunks(o, 10, &mut Vec::new()))
         .collect::<Result<Vec<_>>>()?;
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); logs.len()];
+    for _ in 0..CONCURRENT_ROUNDS {
+        for ((_, log), times) in logs.iter().zip(&mut rounds) {
+            let readers = (0..CONCURRENT_READERS)
+                .map(|_| log.reader())
+                .collect::<Result<Vec<_>>>()?;
+            times.push(run_concurrently(readers, &starts, &counts)?.as_secs_f64() * 1e3);
+        }
+    }
     let mut times = Map::new();
-    for (name, log) in logs {
-        let readers = (0..CONCURRENT_READERS)
-            .map(|_| log.reader())
-            .collect::<Result<Vec<_>>>()?;
-        let ms = run_concurrently(readers, &starts, &counts)?.as_secs_f64() * 1e3;
-        times.insert((*name).into(), json!(ms));
+    for ((name, _), ms) in logs.iter().zip(&mut rounds) {
+        times.insert((*name).into(), json!(median(ms)));
     }
     Ok(Value::Object(times))
 }
@@ -367,31 +396,17 @@ fn sample_offsets(n: usize, mut seed: u64) -> Vec<LogOffset> {
         .collect()
 }
 
-/// Mean microseconds of `read` over `offsets`, each into a fresh buffer with room for
-/// `capacity` bytes (the same for every engine).
-fn mean_us(
-    offsets: &[LogOffset],
-    capacity: usize,
-    mut read: impl FnMut(LogOffset, &mut Vec<u8>) -> Result<()>,
-) -> Result<f64> {
-    let mut total = Duration::ZERO;
-    for &from in offsets {
-        let mut out = Vec::with_capacity(capacity);
-        let start = Instant::now();
-        read(from, &mut out)?;
-        total += start.elapsed();
-        assert!(!out.is_empty());
-    }
-    Ok(total.as_secs_f64() * 1e6 / offsets.len() as f64)
-}
+/// The raw read baseline: the same bytes from one flat file with a single `pread` (every message
+/// has the same size, so the position of the message after `from` is computed).
+struct RawReader(File);
 
-/// The same bytes from one flat file with a single `pread` (every message has the same size, so
-/// the position of the message after `from` is computed).
-fn raw_read(file: &File, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
-    let index = (from.tx - 1) * 1000 + from.op / 2 + 1;
-    out.resize(count * MESSAGE_BYTES, 0);
-    file.read_exact_at(out, index * MESSAGE_BYTES as u64)?;
-    Ok(())
+impl ShapeLogReader for RawReader {
+    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
+        let index = (from.tx - 1) * 1000 + from.op / 2 + 1;
+        out.resize(count * MESSAGE_BYTES, 0);
+        self.0.read_exact_at(out, index * MESSAGE_BYTES as u64)?;
+        Ok(())
+    }
 }
 
 /// The engine under test.
