@@ -52,7 +52,8 @@ pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
         Err(pg_query::Error::Decode(_)) => {
             return Err(WhereError::new("expression nested too deeply"))
         }
-        Err(_) => return Err(syntax_error(&sql)),
+        Err(pg_query::Error::Parse(message)) => return Err(syntax_error(&sql, message)),
+        Err(other) => return Err(WhereError::new(other.to_string())),
     };
     let stmts = result.protobuf.stmts;
     if stmts.len() != 1 {
@@ -95,8 +96,8 @@ fn only_where(select: SelectStmt) -> Result<Node, WhereError> {
 
 /// Re-parses through the C API to get the error message and cursor position, which the Rust
 /// binding drops, and words it as Electric does: `At location N: message`, N counting the
-/// prefix.
-fn syntax_error(sql: &str) -> WhereError {
+/// prefix. Keeps the first `message` if the second parse does not fail.
+fn syntax_error(sql: &str, message: String) -> WhereError {
     let Ok(input) = CString::new(sql) else {
         return WhereError::new("where clause contains a NUL byte");
     };
@@ -105,7 +106,7 @@ fn syntax_error(sql: &str) -> WhereError {
     unsafe {
         let result = pg_query_parse(input.as_ptr());
         let error = if result.error.is_null() {
-            WhereError::new("syntax error")
+            WhereError::new(message)
         } else {
             let e = &*result.error;
             let message = CStr::from_ptr(e.message).to_string_lossy().into_owned();
