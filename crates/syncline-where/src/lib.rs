@@ -6,6 +6,30 @@
 //! [`RelationDesc`] and renders canonical SQL; [`Where::eval`] evaluates on a [`Row`] (column
 //! texts decoded once per row); [`router::Router`] finds the shapes a change affects.
 //!
+//! ```
+//! use bytes::Bytes;
+//! use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
+//! use syncline_core::tuple::Value;
+//! use syncline_where::router::{Change, Router};
+//! use syncline_where::{Row, RowTypes, Where};
+//!
+//! let int4 = PgType { oid: 23, name: "int4".into(), kind: TypeKind::Base };
+//! let column = ColumnDesc { name: "owner".into(), pg_type: int4, type_mod: -1, not_null: true, pk_index: Some(0) };
+//! let relation = RelationDesc {
+//!     oid: 16384, schema: "public".into(), name: "items".into(),
+//!     columns: vec![column], replica_identity: ReplicaIdentity::Full,
+//! };
+//! let w = Where::new("owner = $1", &relation, &["5".to_string()]).unwrap();
+//! assert_eq!(w.sql(), r#"("owner" = '5'::int4)"#);
+//!
+//! let row = vec![Value::Text(Bytes::from_static(b"5"))];
+//! assert!(w.includes(&Row::new(&RowTypes::of(&relation), &row)));
+//!
+//! let mut router = Router::new(&relation);
+//! router.add(1, Some(&w));
+//! assert_eq!(router.affected(&Change::Insert(&row)), vec![1]);
+//! ```
+//!
 //! **Invariants:** no I/O, no Postgres connections; user text never reaches Postgres: only
 //! [`Where::sql`], rendered from the checked tree. Text compares bytewise (the "C" collation);
 //! the session time zone is UTC.
@@ -70,6 +94,11 @@ impl Where {
     /// The checked expression.
     pub fn expr(&self) -> &Expr {
         &self.expr
+    }
+
+    /// Positions of the columns the clause reads (each once).
+    pub fn columns(&self) -> Vec<usize> {
+        self.expr.columns()
     }
 
     /// The result on `row`: `Ok(None)` is NULL.
