@@ -32,7 +32,7 @@ const SNAPSHOT_ROWS: i64 = 1_000_000;
 /// Rows in the replicated transaction.
 const TXN_ROWS: i64 = 100_000;
 /// Rounds per measurement; the best of each side is compared.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// JSON bytes buffered before the sink drops them (the benchmark measures producing lines).
 const SINK_BYTES_MAX: usize = 1 << 20;
 const PUBLICATION: &str = "bench_pub";
@@ -95,6 +95,8 @@ async fn run_async() -> BenchResult {
         tokio_postgres_runs.push(other.as_secs_f64());
         json_bytes = bytes;
     }
+    let decode_only = decode_only(&mut conn, &query).await?;
+    eprintln!("decode and encode alone, from memory: {decode_only:?}");
     let raw_copy_rows_per_s = SNAPSHOT_ROWS as f64 / best(&raw_runs);
     let snapshot_rows_per_s = SNAPSHOT_ROWS as f64 / best(&snapshot_runs);
     let tokio_postgres_copy_rows_per_s = SNAPSHOT_ROWS as f64 / best(&tokio_postgres_runs);
@@ -127,6 +129,7 @@ async fn run_async() -> BenchResult {
             "raw_copy_rows_per_s": raw_copy_rows_per_s.round(),
             "snapshot_ratio_vs_raw_copy": ratio(snapshot_rows_per_s, raw_copy_rows_per_s),
             "tokio_postgres_copy_rows_per_s": tokio_postgres_copy_rows_per_s.round(),
+            "snapshot_decode_only_rows_per_s": (SNAPSHOT_ROWS as f64 / decode_only.as_secs_f64()).round(),
             "snapshot_ratio_vs_tokio_postgres_copy": ratio(snapshot_rows_per_s, tokio_postgres_copy_rows_per_s),
             "replication_rows_per_s": replication_rows_per_s.round(),
             "pg_recvlogical_rows_per_s": pg_recvlogical_rows_per_s.round(),
@@ -171,6 +174,50 @@ async fn raw_copy(
     {}
     conn.simple_query("COMMIT").await?;
     assert!(bytes > 0);
+    Ok(start.elapsed())
+}
+
+/// For reference: Syncline's decode and JSON encoding alone, on the COPY stream held in memory
+/// (no Postgres working at the same time): the CPU cost of the snapshot path per row.
+async fn decode_only(
+    conn: &mut WireConnection,
+    query: &SnapshotQuery,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await?;
+    conn.start_copy_out(&query.copy_sql()).await?;
+    let mut stream = Vec::new();
+    while conn
+        .read_copy_data(&mut |data| {
+            stream.extend_from_slice(data);
+            Ok(())
+        })
+        .await?
+    {}
+    conn.simple_query("COMMIT").await?;
+    let start = Instant::now();
+    let mut encoder = RowEncoder::new(
+        &query.schema,
+        &query.table,
+        &query.columns,
+        query.key_columns.clone(),
+    );
+    let mut parser = syncline_pg::snapshot::CopyParser::new();
+    let mut sink = Vec::with_capacity(SINK_BYTES_MAX + 4096);
+    let mut rows = 0;
+    for piece in stream.chunks(64 * 1024) {
+        parser.feed(piece, &mut |row| {
+            rows += 1;
+            encoder.encode(&row, &mut sink)?;
+            sink.push(b'\n');
+            if sink.len() >= SINK_BYTES_MAX {
+                sink.clear();
+            }
+            Ok(())
+        })?;
+    }
+    parser.finish()?;
+    assert_eq!(rows, SNAPSHOT_ROWS);
     Ok(start.elapsed())
 }
 

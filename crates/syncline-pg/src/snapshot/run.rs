@@ -1,12 +1,17 @@
 //! Running a snapshot: a `REPEATABLE READ READ ONLY` transaction that records its MVCC snapshot
 //! and WAL position, then streams the rows by binary COPY, read inline from the socket.
 
+use std::time::{Duration, Instant};
+
 use syncline_core::{Lsn, PgSnapshot};
 
 use super::copy_binary::{CopyParser, RowRef};
 use super::query::SnapshotQuery;
 use crate::error::{PgError, PgResult};
 use crate::wire::WireConnection;
+
+/// How often a running snapshot logs its progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Where a snapshot stands relative to the replication stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +30,9 @@ pub struct Snapshot<'c> {
     parser: CopyParser,
     rows: u64,
     finished: bool,
+    table: String,
+    started: Instant,
+    next_progress: Instant,
 }
 
 impl<'c> Snapshot<'c> {
@@ -94,11 +102,16 @@ impl<'c> Snapshot<'c> {
                 })
             })
             .await?;
+        let now = Instant::now();
         if !more {
             self.finished = true;
             self.parser.finish()?;
             self.conn.simple_query("COMMIT").await?;
-            tracing::debug!(rows = self.rows, "snapshot finished");
+            tracing::info!(table = %self.table, rows = self.rows, seconds = (now - self.started).as_secs_f64(), "snapshot finished");
+        } else if now >= self.next_progress {
+            self.next_progress = now + PROGRESS_INTERVAL;
+            let rate = self.rows as f64 / (now - self.started).as_secs_f64();
+            tracing::info!(table = %self.table, rows = self.rows, rows_per_s = rate.round(), "snapshot in progress");
         }
         Ok(more)
     }
