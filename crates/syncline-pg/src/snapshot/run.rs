@@ -63,12 +63,16 @@ impl<'c> Snapshot<'c> {
         };
         conn.start_copy_out(&query.copy_sql()).await?;
         tracing::debug!(table = %query.table, snapshot = %info.pg_snapshot, lsn = %info.wal_lsn, "snapshot started");
+        let started = Instant::now();
         Ok(Snapshot {
             conn,
             info,
             parser: CopyParser::new(),
             rows: 0,
             finished: false,
+            table: format!("{}.{}", query.schema, query.table),
+            started,
+            next_progress: started + PROGRESS_INTERVAL,
         })
     }
 
