@@ -6,6 +6,7 @@
 //!
 //! **Invariant:** this crate does no I/O of any kind; it is data and pure functions only.
 
+pub mod ident;
 pub mod lsn;
 pub mod offset;
 pub mod relation;
@@ -13,7 +14,7 @@ pub mod snapshot;
 pub mod tuple;
 
 pub use lsn::Lsn;
-pub use offset::LogOffset;
+pub use offset::{LogOffset, RequestOffset};
 pub use relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 pub use snapshot::PgSnapshot;
 pub use tuple::{Tuple, Value};
