@@ -49,6 +49,9 @@ pub enum StorageError {
     /// A message key is longer than [`crate::KEY_BYTES_MAX`].
     #[error("key of {0} bytes is longer than the {max} byte limit", max = crate::KEY_BYTES_MAX)]
     KeyTooLong(usize),
+    /// Writer options out of range.
+    #[error("invalid writer options: {0}")]
+    InvalidOptions(String),
     /// An earlier I/O failure left the writer in an unknown state; reopen the shape to recover.
     #[error("writer stopped after an earlier failure; reopen the shape to recover")]
     Poisoned,

@@ -50,14 +50,15 @@ impl FaultPlan {
     }
 
     /// Makes the files look as after a power cut: files created since their directory was last
-    /// synced disappear, and each file keeps its synced bytes plus `keep(unsynced_len)` of the
-    /// bytes written after its last sync. With `hole`, the first `keep(kept)` of those kept bytes
-    /// read as zeros, as when later pages reached the disk but earlier ones did not.
-    /// A rename counts as reached the disk (its old-name outcome is the state before it).
+    /// synced disappear, and of the bytes written to each file after its last sync, `pick(n)`
+    /// (at most `n`) are affected: a prefix of that length is kept and the rest lost, or, with
+    /// `hole`, all are kept but the first `pick(n)` read as zeros (later pages reached the disk,
+    /// earlier ones did not). A rename counts as reached the disk (its other outcome is the state
+    /// before it).
     pub fn simulate_power_loss(
         &self,
         hole: bool,
-        mut keep: impl FnMut(u64) -> u64,
+        mut pick: impl FnMut(u64) -> u64,
     ) -> io::Result<()> {
         let mut files = self.files.lock().unwrap();
         for (path, t) in files.drain() {
@@ -69,12 +70,13 @@ impl FaultPlan {
                 continue;
             }
             let unsynced = t.len.saturating_sub(t.synced_len);
-            let kept = keep(unsynced).min(unsynced);
+            let n = pick(unsynced).min(unsynced);
             let file = OpenOptions::new().write(true).open(&path)?;
-            file.set_len(t.synced_len + kept)?;
             if hole {
-                let zeros = keep(kept).min(kept);
-                file.write_all_at(&vec![0u8; zeros as usize], t.synced_len)?;
+                file.set_len(t.len)?;
+                file.write_all_at(&vec![0u8; n as usize], t.synced_len)?;
+            } else {
+                file.set_len(t.synced_len + n)?;
             }
         }
         Ok(())

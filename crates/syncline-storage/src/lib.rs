@@ -31,6 +31,8 @@
 //! **Invariant:** this crate knows nothing of Postgres or HTTP: it stores opaque JSON bytes
 //! addressed by [`LogOffset`], with a key and an [`Operation`] used only by compaction.
 
+#![deny(missing_docs)]
+
 mod chunk;
 mod compaction;
 mod error;

@@ -82,10 +82,11 @@ impl Store {
         if dir.exists() {
             return Err(StorageError::ShapeExists(shape.into()));
         }
-        assert!(
-            options.chunk_bytes_max > 0,
-            "chunk_bytes_max must be positive"
-        );
+        if options.chunk_bytes_max == 0 {
+            return Err(StorageError::InvalidOptions(
+                "chunk_bytes_max must be positive".into(),
+            ));
+        }
         let io = Io::new(options.fault_plan.clone());
         let tmp = self.root.join(format!(".creating-{shape}"));
         if tmp.exists() {

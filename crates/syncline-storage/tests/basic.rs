@@ -150,6 +150,14 @@ fn one_writer_per_shape_and_offsets_must_increase() {
         store.open_reader("../x"),
         Err(StorageError::InvalidShapeId(_))
     ));
+    let zero = WriterOptions {
+        chunk_bytes_max: 0,
+        ..WriterOptions::default()
+    };
+    assert!(matches!(
+        store.create_shape("z", &zero),
+        Err(StorageError::InvalidOptions(_))
+    ));
 }
 
 #[test]

@@ -211,13 +211,18 @@ pub fn resolve_intent(
     Owned::new(offset, &key, op, &encode_columns(&cols))
 }
 
-/// Simulates a power cut on what `plan` tracked, keeping pseudo-random parts of unsynced data.
+/// Simulates a power cut on what `plan` tracked: of each file's unsynced bytes none, all, or a
+/// pseudo-random part reached the disk (each a third of the time).
 pub fn power_cut(plan: &syncline_storage::FaultPlan, hole: bool, mut seed: u64) {
     plan.simulate_power_loss(hole, |unsynced| {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        (seed >> 33) % (unsynced + 1)
+        match (seed >> 33) % 3 {
+            0 => 0,
+            1 => unsynced,
+            _ => (seed >> 35) % (unsynced + 1),
+        }
     })
     .unwrap();
 }
