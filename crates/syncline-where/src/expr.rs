@@ -323,9 +323,25 @@ impl Expr {
         out
     }
 
+    /// Levels of nesting (a constant or column is 1).
+    pub fn depth(&self) -> usize {
+        1 + self
+            .children()
+            .into_iter()
+            .map(Expr::depth)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn visit(&self, f: &mut impl FnMut(&Expr)) {
         f(self);
-        let children: Vec<&Expr> = match self {
+        for child in self.children() {
+            child.visit(f);
+        }
+    }
+
+    fn children(&self) -> Vec<&Expr> {
+        match self {
             Expr::Const { .. } | Expr::Column { .. } => Vec::new(),
             Expr::Op { args, .. }
             | Expr::And(args)
@@ -339,9 +355,6 @@ impl Expr {
             Expr::Distinct { left, right, .. } => vec![left, right],
             Expr::InList { arg, list, .. } => std::iter::once(&**arg).chain(list).collect(),
             Expr::Quantified { left, array, .. } => vec![left, array],
-        };
-        for child in children {
-            child.visit(f);
         }
     }
 }

@@ -157,4 +157,10 @@ fn deep_nesting_is_an_error_not_a_crash() {
     }
     assert_eq!(outcome(&deep("(", ")", 300), &[]), r#"("i4" = '1'::int4)"#);
     assert!(outcome(&deep("NOT ", "", 300), &[]).contains("nested too deeply"));
+    let sum = |terms: usize| format!("{}i4 = 1", "i4 + ".repeat(terms));
+    assert!(!outcome(&sum(20), &[]).starts_with("error"));
+    assert_eq!(
+        outcome(&sum(40), &[]),
+        "error: expression nested too deeply"
+    );
 }

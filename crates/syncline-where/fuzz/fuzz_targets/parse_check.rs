@@ -2,9 +2,11 @@
 //! accepted clause must check again to the same SQL (shape identity depends on it), and the
 //! router must agree with evaluating the clause.
 //!
-//! Run with `ASAN_OPTIONS=detect_stack_use_after_return=0`: AddressSanitizer's fake stacks
-//! make libpg_query's stack-depth check report `stack depth limit exceeded` for ordinary
-//! clauses.
+//! Run as `ulimit -s 65536; ASAN_OPTIONS=detect_stack_use_after_return=0 cargo +nightly fuzz
+//! run parse_check`: AddressSanitizer's fake stacks make libpg_query's stack-depth check report
+//! `stack depth limit exceeded` for ordinary clauses, and its shadow memory does not follow the
+//! stack switch `Where::new` makes on small stacks (false stack-buffer-overflow reports); a
+//! 64 MiB main stack means no switch happens.
 
 #![no_main]
 

@@ -14,8 +14,12 @@ use crate::parse::PREFIX;
 use crate::types::Type;
 use crate::value::Datum;
 
-/// Deepest expression nesting accepted (keeps recursion bounded for any input).
+/// Deepest parse-tree nesting the checker walks (keeps recursion bounded for any input).
 const DEPTH_MAX: usize = 200;
+/// Deepest checked expression accepted. Rendering adds a level here and there (casts made
+/// explicit, typed constants), and the rendered SQL must still parse within the parse-tree
+/// decoder's limit of 100 message levels (about 50 expression levels) to be checked again.
+pub const EXPR_DEPTH_MAX: usize = 32;
 
 /// A checked operand: a typed expression, or a literal whose type the context decides
 /// (a quoted string, a `$n` parameter, or NULL).
@@ -37,7 +41,11 @@ pub fn check(node: &Node, relation: &RelationDesc, params: &[String]) -> Result<
         Ok(expr) => expr,
         Err(_) => return Err(WhereError::new("WHERE clause must return a boolean")),
     };
-    fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))
+    let expr = fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))?;
+    if expr.depth() > EXPR_DEPTH_MAX {
+        return Err(WhereError::new("expression nested too deeply"));
+    }
+    Ok(expr)
 }
 
 struct Checker<'a> {
