@@ -6,6 +6,8 @@
 //! shared machines; the ratios are what to compare across runs.
 
 mod ingest;
+mod route;
+mod storage;
 
 use std::path::PathBuf;
 
@@ -26,12 +28,18 @@ struct Args {
 enum Scenario {
     /// Snapshot by binary COPY vs raw COPY; a 100,000-row transaction decoded vs pg_recvlogical.
     Ingest,
+    /// The shape-log storage engine vs SQLite and fjall behind one trait, and raw file I/O.
+    Storage,
+    /// Routing a change through the shape router's indexes vs evaluating every shape.
+    Route,
 }
 
 impl Scenario {
     fn name(self) -> &'static str {
         match self {
             Scenario::Ingest => "ingest",
+            Scenario::Storage => "storage",
+            Scenario::Route => "route",
         }
     }
 }
@@ -42,6 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let mut result = match args.scenario {
         Scenario::Ingest => ingest::run()?,
+        Scenario::Storage => storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
+        Scenario::Route => route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
     };
     let command: Vec<String> = std::env::args().collect();
     result["scenario"] = args.scenario.name().into();
