@@ -20,6 +20,8 @@ pub const WRITE_BUFFER_BYTES_MAX_DEFAULT: usize = 256 * 1024;
 /// Default JSON bytes of one write up to which they are copied into the journal; larger writes
 /// are synced in place (two syncs cost less than writing large data twice).
 pub const JOURNAL_INLINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Name prefix of a shape directory being deleted.
+const DELETING_PREFIX: &str = ".deleting-";
 /// Longest shape id, in bytes.
 pub const SHAPE_ID_BYTES_MAX: usize = 200;
 
@@ -56,10 +58,21 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed) the storage root at `root`.
+    /// Opens (creating if needed) the storage root at `root`, finishing deletions a crash
+    /// interrupted.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_err(&root))?;
+        for dirent in fs::read_dir(&root).map_err(io_err(&root))? {
+            let dirent = dirent.map_err(io_err(&root))?;
+            if dirent
+                .file_name()
+                .to_string_lossy()
+                .starts_with(DELETING_PREFIX)
+            {
+                fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
+            }
+        }
         Ok(Store { root })
     }
 
@@ -138,7 +151,7 @@ impl Store {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let doomed = self.root.join(format!(".deleting-{shape}-{nanos}"));
+        let doomed = self.root.join(format!("{DELETING_PREFIX}{shape}-{nanos}"));
         fs::rename(&dir, &doomed).map_err(io_err(&dir))?;
         Io::default().sync_dir(&self.root)?;
         fs::remove_dir_all(&doomed).map_err(io_err(&doomed))

@@ -178,6 +178,13 @@ fn lists_and_deletes_shapes() {
         store.open_writer("b", &WriterOptions::default()),
         Err(StorageError::ShapeNotFound(_))
     ));
+    // A deletion a crash interrupted is finished when the store is next opened.
+    let leftover = dir.path().join(".deleting-a-1");
+    std::fs::create_dir(&leftover).unwrap();
+    std::fs::write(leftover.join("index"), b"").unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(!leftover.exists());
+    assert_eq!(store.list_shapes().unwrap(), ["a", "c-1"]);
 }
 
 #[test]
