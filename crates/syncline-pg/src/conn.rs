@@ -18,6 +18,8 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
 ];
 
 /// Where and as whom to connect: parsed from a `postgres://` URL or a libpq key-value string.
+///
+/// Connections are made without TLS; `sslmode=require` is refused rather than ignored.
 #[derive(Debug, Clone)]
 pub struct ConnConfig {
     inner: Config,
@@ -41,6 +43,11 @@ impl ConnConfig {
         }
         if inner.get_hosts().is_empty() {
             return Err(PgError::Config("no host given".into()));
+        }
+        if inner.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(PgError::Config(
+                "sslmode=require is not supported yet: Syncline connects without TLS".into(),
+            ));
         }
         Ok(ConnConfig { inner })
     }
@@ -94,4 +101,33 @@ pub fn session_settings_sql() -> String {
         .iter()
         .map(|(k, v)| format!("SET {k} = '{v}';"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls_and_key_value_strings() {
+        let url = ConnConfig::parse("postgres://alice:secret@db.example:6543/app").unwrap();
+        assert_eq!(
+            (url.user(), url.password(), url.dbname()),
+            ("alice", Some(&b"secret"[..]), "app")
+        );
+        assert_eq!(url.endpoint(), Endpoint::Tcp("db.example".into(), 6543));
+        let kv = ConnConfig::parse("host=/tmp/sock port=5555 user=bob").unwrap();
+        assert_eq!(kv.dbname(), "bob");
+        assert_eq!(kv.endpoint(), Endpoint::Unix("/tmp/sock".into(), 5555));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_honour() {
+        assert!(ConnConfig::parse("host=localhost").is_err(), "no user");
+        assert!(ConnConfig::parse("user=x").is_err(), "no host");
+        assert!(
+            ConnConfig::parse("postgres://x@h/db?sslmode=require").is_err(),
+            "TLS required"
+        );
+        assert!(ConnConfig::parse("not a connection string").is_err());
+    }
 }

@@ -39,7 +39,10 @@ impl PgError {
                     || code == "55006"
                     || code == "53300"
             }
-            PgError::Client(e) => e.is_closed() || e.as_db_error().is_none(),
+            PgError::Client(e) => {
+                e.is_closed()
+                    || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+            }
             PgError::Protocol(_) | PgError::Config(_) => false,
         }
     }
