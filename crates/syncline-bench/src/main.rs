@@ -9,7 +9,7 @@ mod ingest;
 mod route;
 mod storage;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, ValueEnum};
 
