@@ -60,9 +60,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         command[1..].join(" ")
     )
     .into();
-    let dir = args
-        .out
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench"));
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crate lies two levels down");
+    let dir = args.out.unwrap_or_else(|| workspace.join("target/bench"));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{}.json", args.scenario.name()));
     std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")?;
