@@ -7,6 +7,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Multiplier of the Fx hash.
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+/// Multiplier of the final avalanche (from MurmurHash3's 64-bit finaliser).
+const MIX: u64 = 0xff51_afd7_ed55_8ccd;
 
 /// The Fx hasher.
 #[derive(Default, Clone, Copy)]
@@ -50,8 +52,14 @@ impl Hasher for FxHasher {
         self.add(i as u64);
     }
 
+    /// The Fx state mixes input only upwards, so keys differing in their high bytes (strings
+    /// with a common first byte, like `W000001` and `W000002`) would share their low bits, which
+    /// pick the bucket; a final avalanche spreads the high bits down.
     fn finish(&self) -> u64 {
-        self.hash
+        let mut h = self.hash;
+        h ^= h >> 33;
+        h = h.wrapping_mul(MIX);
+        h ^ (h >> 29)
     }
 }
 
@@ -59,3 +67,22 @@ impl Hasher for FxHasher {
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// A `HashSet` with the Fx hasher.
 pub type FxHashSet<T> = HashSet<T, BuildHasherDefault<FxHasher>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{BuildHasher, BuildHasherDefault};
+
+    #[test]
+    fn keys_differing_in_high_bytes_spread_over_buckets() {
+        let build = BuildHasherDefault::<FxHasher>::default();
+        let buckets: FxHashSet<u64> = (0..1000)
+            .map(|i| build.hash_one(format!("W{i:06}")) & 1023)
+            .collect();
+        assert!(
+            buckets.len() > 500,
+            "{} distinct buckets of 1024",
+            buckets.len()
+        );
+    }
+}
