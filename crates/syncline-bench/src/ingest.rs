@@ -161,20 +161,30 @@ async fn raw_copy(
     query: &SnapshotQuery,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
     let start = Instant::now();
+    let mut bytes = 0usize;
+    drain_copy(conn, query, &mut |data| bytes += data.len()).await?;
+    assert!(bytes > 0);
+    Ok(start.elapsed())
+}
+
+/// Runs the query's COPY in a snapshot transaction on `conn`, handing every CopyData to `on_data`.
+async fn drain_copy(
+    conn: &mut WireConnection,
+    query: &SnapshotQuery,
+    on_data: &mut impl FnMut(&[u8]),
+) -> Result<(), Box<dyn std::error::Error>> {
     conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await?;
     conn.start_copy_out(&query.copy_sql()).await?;
-    let mut bytes = 0usize;
     while conn
         .read_copy_data(&mut |data| {
-            bytes += data.len();
+            on_data(data);
             Ok(())
         })
         .await?
     {}
     conn.simple_query("COMMIT").await?;
-    assert!(bytes > 0);
-    Ok(start.elapsed())
+    Ok(())
 }
 
 /// For reference: Syncline's decode and JSON encoding alone, on the COPY stream held in memory
@@ -183,25 +193,10 @@ async fn decode_only(
     conn: &mut WireConnection,
     query: &SnapshotQuery,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
-    conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await?;
-    conn.start_copy_out(&query.copy_sql()).await?;
     let mut stream = Vec::new();
-    while conn
-        .read_copy_data(&mut |data| {
-            stream.extend_from_slice(data);
-            Ok(())
-        })
-        .await?
-    {}
-    conn.simple_query("COMMIT").await?;
+    drain_copy(conn, query, &mut |data| stream.extend_from_slice(data)).await?;
     let start = Instant::now();
-    let mut encoder = RowEncoder::new(
-        &query.schema,
-        &query.table,
-        &query.columns,
-        query.key_columns.clone(),
-    );
+    let mut encoder = RowEncoder::for_query(query);
     let mut parser = syncline_pg::snapshot::CopyParser::new();
     let mut sink = Vec::with_capacity(SINK_BYTES_MAX + 4096);
     let mut rows = 0;
@@ -242,12 +237,7 @@ async fn snapshot(
     query: &SnapshotQuery,
 ) -> Result<(Duration, usize), Box<dyn std::error::Error>> {
     let start = Instant::now();
-    let mut encoder = RowEncoder::new(
-        &query.schema,
-        &query.table,
-        &query.columns,
-        query.key_columns.clone(),
-    );
+    let mut encoder = RowEncoder::for_query(query);
     let mut snapshot = Snapshot::begin(conn, query).await?;
     let mut sink = Vec::with_capacity(SINK_BYTES_MAX + 4096);
     let mut total = 0usize;

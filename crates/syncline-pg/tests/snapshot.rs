@@ -20,12 +20,7 @@ async fn setup() -> (PgCluster, Client, ConnConfig) {
 
 /// Runs the snapshot and returns its lines parsed, keyed by the returned key.
 async fn snapshot_lines(config: &ConnConfig, query: &SnapshotQuery) -> BTreeMap<String, Json> {
-    let mut encoder = RowEncoder::new(
-        &query.schema,
-        &query.table,
-        &query.columns,
-        query.key_columns.clone(),
-    );
+    let mut encoder = RowEncoder::for_query(query);
     let mut conn = WireConnection::connect(config, "snapshot-test", Mode::Query)
         .await
         .unwrap();

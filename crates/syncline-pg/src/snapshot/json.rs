@@ -2,7 +2,7 @@
 //! `{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1",…},"headers":{"operation":"insert","relation":["public","items"]}}`.
 
 use super::copy_binary::RowRef;
-use super::query::SnapshotColumn;
+use super::query::{SnapshotColumn, SnapshotQuery};
 use super::text::TextDecoder;
 use crate::error::PgResult;
 
@@ -72,6 +72,16 @@ impl RowEncoder {
             scratch: Vec::new(),
             key: Vec::new(),
         }
+    }
+
+    /// An encoder for the rows of `query`.
+    pub fn for_query(query: &SnapshotQuery) -> Self {
+        Self::new(
+            &query.schema,
+            &query.table,
+            &query.columns,
+            query.key_columns.clone(),
+        )
     }
 
     /// Appends the message line for `row` to `line` (no newline) and returns the row's key.
