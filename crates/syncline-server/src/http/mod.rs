@@ -1,0 +1,1 @@
+//! Electric's HTTP shape API.
