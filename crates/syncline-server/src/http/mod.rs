@@ -1,1 +1,6 @@
 //! Electric's HTTP shape API.
+
+pub mod param_errors;
+pub mod params;
+mod query;
+pub mod subset_body;
