@@ -1,5 +1,6 @@
 //! Electric's HTTP shape API.
 
+pub mod caching;
 pub mod param_errors;
 pub mod params;
 mod query;
