@@ -1,0 +1,123 @@
+//! Configuration: command-line flags, each also settable from the environment under
+//! Electric's variable name where Electric has one.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::Args;
+
+/// `syncline serve` settings.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Postgres connection URL (`postgres://user:pass@host:port/db`, or libpq key=value). The
+    /// user needs the REPLICATION attribute and must own the tables it syncs (Syncline adds them
+    /// to its publication and sets REPLICA IDENTITY FULL on them).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// HTTP port.
+    #[arg(long, env = "ELECTRIC_PORT", default_value_t = 3000)]
+    pub port: u16,
+
+    /// Address to listen on.
+    #[arg(long, env = "SYNCLINE_LISTEN_ADDRESS", default_value = "0.0.0.0")]
+    pub listen_address: IpAddr,
+
+    /// Secret that every /v1/shape request must carry as `secret=` (or `api_secret=`).
+    /// Required unless --insecure.
+    #[arg(long, env = "ELECTRIC_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+
+    /// Serve without a secret (development only).
+    #[arg(long, env = "ELECTRIC_INSECURE", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    pub insecure: bool,
+
+    /// Directory for shape logs and their metadata.
+    #[arg(long, env = "ELECTRIC_STORAGE_DIR", default_value = "./persistent")]
+    pub storage_dir: PathBuf,
+
+    /// JSON bytes after which a shape log chunk closes (a response never crosses a chunk end).
+    #[arg(long, env = "ELECTRIC_SHAPE_CHUNK_BYTES_THRESHOLD", default_value_t = 10 * 1024 * 1024)]
+    pub chunk_bytes_threshold: u64,
+
+    /// How long a live request waits for new data, in milliseconds.
+    #[arg(long, env = "ELECTRIC_LONG_POLL_TIMEOUT", default_value_t = 20_000)]
+    pub long_poll_timeout_ms: u64,
+
+    /// `max-age` of cacheable non-live responses, in seconds.
+    #[arg(long, env = "ELECTRIC_CACHE_MAX_AGE", default_value_t = 60)]
+    pub cache_max_age: u64,
+
+    /// `stale-while-revalidate` of cacheable non-live responses, in seconds.
+    #[arg(long, env = "ELECTRIC_CACHE_STALE_AGE", default_value_t = 300)]
+    pub cache_stale_age: u64,
+
+    /// Names the replication slot (`syncline_slot_<id>`) and publication
+    /// (`syncline_publication_<id>`), so several servers can share one database.
+    #[arg(
+        long,
+        env = "ELECTRIC_REPLICATION_STREAM_ID",
+        default_value = "default"
+    )]
+    pub replication_stream_id: String,
+
+    /// Snapshots that may run at once (each holds one Postgres connection); more wait.
+    #[arg(long, env = "ELECTRIC_DB_POOL_SIZE", default_value_t = 20)]
+    pub db_pool_size: usize,
+
+    /// Allow DELETE /v1/shape (for test suites).
+    #[arg(long, env = "ELECTRIC_ENABLE_INTEGRATION_TESTING", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    pub enable_integration_testing: bool,
+
+    /// Most shapes kept; creating one more evicts the least recently used.
+    #[arg(long, env = "ELECTRIC_MAX_SHAPES")]
+    pub max_shapes: Option<usize>,
+
+    /// Log format: `text` or `json`. Levels come from RUST_LOG (default `info`).
+    #[arg(long, env = "SYNCLINE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+impl Config {
+    /// The long-poll timeout.
+    pub fn long_poll_timeout(&self) -> Duration {
+        Duration::from_millis(self.long_poll_timeout_ms)
+    }
+
+    /// The replication slot's name.
+    pub fn slot_name(&self) -> String {
+        format!("syncline_slot_{}", self.replication_stream_id)
+    }
+
+    /// The publication's name.
+    pub fn publication_name(&self) -> String {
+        format!("syncline_publication_{}", self.replication_stream_id)
+    }
+
+    /// Checks combinations clap cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.secret.is_none() && !self.insecure {
+            return Err(
+                "set ELECTRIC_SECRET (--secret), or ELECTRIC_INSECURE=true (--insecure) to serve without one"
+                    .into(),
+            );
+        }
+        if self.chunk_bytes_threshold == 0 {
+            return Err("the chunk bytes threshold must be at least 1".into());
+        }
+        if self.db_pool_size == 0 {
+            return Err("the pool size must be at least 1".into());
+        }
+        let id_ok = !self.replication_stream_id.is_empty()
+            && self
+                .replication_stream_id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !id_ok {
+            return Err("the replication stream id may hold only a-z, 0-9 and _".into());
+        }
+        Ok(())
+    }
+}

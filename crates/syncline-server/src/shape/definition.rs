@@ -1,0 +1,83 @@
+//! What a shape is: a table, a checked where clause, selected columns, replica mode and log mode.
+
+use serde::{Deserialize, Serialize};
+use syncline_core::RelationDesc;
+
+/// `replica`: what updates and deletes carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replica {
+    /// Updates carry the key and changed columns; deletes the key.
+    #[default]
+    Default,
+    /// Updates carry the whole new row and the old values of changed columns; deletes the
+    /// whole old row.
+    Full,
+}
+
+/// `log`: whether the shape starts with a snapshot of the matching rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogMode {
+    /// Initial snapshot, then changes.
+    #[default]
+    Full,
+    /// Changes only: the snapshot holds no rows but still ends with `snapshot-end`.
+    ChangesOnly,
+}
+
+/// A shape's definition as stored and compared; two requests with equal identities share a
+/// shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeDefinition {
+    /// `pg_class.oid` of the table when the shape was made.
+    pub relation_oid: u32,
+    /// Schema name, unquoted.
+    pub schema: String,
+    /// Table name, unquoted.
+    pub table: String,
+    /// Selected columns in table order (every column when the request named none).
+    pub columns: Vec<String>,
+    /// Whether the request listed columns explicitly (omitting `columns` is a different shape
+    /// from listing them all).
+    pub explicit_columns: bool,
+    /// The where clause as the client wrote it, if any.
+    pub where_text: Option<String>,
+    /// Values of `$1`, `$2`, … in the where clause.
+    pub params: Vec<String>,
+    /// The where clause rendered canonically from the checked expression (params substituted as
+    /// typed literals); what the snapshot runs and what identity compares.
+    pub where_sql: Option<String>,
+    /// Replica mode.
+    pub replica: Replica,
+    /// Log mode.
+    pub log: LogMode,
+}
+
+impl ShapeDefinition {
+    /// The identity two requests must share to share the shape: everything but the raw where
+    /// text and params, which `where_sql` stands for.
+    pub fn identity(&self) -> String {
+        let mut columns = self.columns.clone();
+        columns.sort();
+        serde_json::json!([
+            self.relation_oid,
+            self.schema,
+            self.table,
+            columns,
+            self.explicit_columns,
+            self.where_sql,
+            self.replica,
+            self.log,
+        ])
+        .to_string()
+    }
+
+    /// Positions in `relation.columns` of the selected columns, `None` if one is missing.
+    pub fn column_positions(&self, relation: &RelationDesc) -> Option<Vec<usize>> {
+        self.columns
+            .iter()
+            .map(|name| relation.column(name).map(|(i, _)| i))
+            .collect()
+    }
+}

@@ -1,0 +1,96 @@
+//! Per-shape metadata on disk: the handle, the definition and the snapshot's position, so a
+//! restarted server resumes every shape without redoing its snapshot.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use syncline_core::PgSnapshot;
+
+use super::definition::ShapeDefinition;
+
+/// What is kept about a shape beside its log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShapeMeta {
+    /// The shape's handle (also its log's id in the store).
+    pub handle: String,
+    /// The definition.
+    pub definition: ShapeDefinition,
+    /// `pg_current_snapshot()` of the initial snapshot in text form, once taken: replicated
+    /// transactions it already saw are skipped, also after a restart.
+    pub snapshot: Option<String>,
+}
+
+impl ShapeMeta {
+    /// The parsed snapshot, if recorded.
+    pub fn pg_snapshot(&self) -> Option<PgSnapshot> {
+        self.snapshot.as_deref().and_then(|s| s.parse().ok())
+    }
+}
+
+/// The directory of metadata files, one `<handle>.json` per shape.
+#[derive(Debug, Clone)]
+pub struct MetaDir {
+    dir: PathBuf,
+}
+
+impl MetaDir {
+    /// Opens (creating) the directory.
+    pub fn open(dir: impl Into<PathBuf>) -> io::Result<MetaDir> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        Ok(MetaDir { dir })
+    }
+
+    /// Writes `meta` durably: a temporary file, fsynced, renamed over the old one, directory
+    /// fsynced.
+    pub fn save(&self, meta: &ShapeMeta) -> io::Result<()> {
+        let path = self.path(&meta.handle);
+        let tmp = path.with_extension("json.tmp");
+        let mut file = File::create(&tmp)?;
+        file.write_all(&serde_json::to_vec(meta)?)?;
+        file.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        File::open(&self.dir)?.sync_all()
+    }
+
+    /// Removes a shape's metadata (durably).
+    pub fn remove(&self, handle: &str) -> io::Result<()> {
+        match fs::remove_file(self.path(handle)) {
+            Ok(()) => File::open(&self.dir)?.sync_all(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every stored shape's metadata; unreadable files are logged and skipped.
+    pub fn load_all(&self) -> io::Result<Vec<ShapeMeta>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            match fs::read(&path).map(|b| serde_json::from_slice::<ShapeMeta>(&b)) {
+                Ok(Ok(meta)) => out.push(meta),
+                Ok(Err(e)) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata; skipped")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata; skipped")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn path(&self, handle: &str) -> PathBuf {
+        self.dir.join(format!("{handle}.json"))
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
