@@ -1,0 +1,193 @@
+//! One replicated table's shapes: their router, where clauses, encoders, and how incoming
+//! tuples map onto the column layout the shapes were checked against.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use syncline_core::{PgSnapshot, RelationDesc, Value};
+use syncline_pg::replication::RelationMessage;
+use syncline_storage::Writer;
+use syncline_where::router::{Router, ShapeId};
+use syncline_where::{RowTypes, Where};
+
+use super::encode::{ChangeEncoder, PendingMessage};
+use crate::shape::Shape;
+
+/// A shape's writer, shared by its snapshot task (while the snapshot runs) and the pipeline
+/// (afterwards); `None` only while it is being reopened.
+pub type SharedWriter = Arc<Mutex<Option<Writer>>>;
+
+/// A transaction's messages for a shape whose snapshot is still running.
+#[derive(Debug)]
+pub struct PendingTxn {
+    /// The transaction's xid: dropped if the snapshot turns out to have seen it.
+    pub xid: u32,
+    /// Its messages, headers closed.
+    pub messages: Vec<PendingMessage>,
+}
+
+/// Where a shape's changes go.
+#[derive(Debug)]
+pub enum Phase {
+    /// The snapshot is running: changes wait in memory, then follow the snapshot in the log.
+    Snapshotting {
+        /// Committed transactions.
+        done: Vec<PendingTxn>,
+        /// Messages of the transaction in progress.
+        open: Vec<PendingMessage>,
+    },
+    /// Changes are appended to the log as they arrive.
+    Live,
+}
+
+/// The pipeline's state for one shape.
+pub struct Slot {
+    /// The shape.
+    pub shape: Arc<Shape>,
+    /// Its log writer.
+    pub writer: SharedWriter,
+    /// Builds its messages.
+    pub encoder: ChangeEncoder,
+    /// Its where clause, checked against the table's layout.
+    pub filter: Option<Where>,
+    /// Snapshotting or live.
+    pub phase: Phase,
+    /// The snapshot's visibility: transactions it saw are skipped.
+    pub visibility: Option<PgSnapshot>,
+    /// Transactions committed at or before this LSN are already in the log (after a restart).
+    pub skip_through: u64,
+    /// The latest message of the current transaction, held back until it is known whether it
+    /// is the shape's last in the transaction.
+    pub held: Option<PendingMessage>,
+    /// Messages of the current transaction were appended to the writer.
+    pub in_txn: bool,
+}
+
+/// Columns a shape needs from the table: selected, key and where-clause columns.
+fn needed_columns(slot: &Slot, relation: &RelationDesc) -> Vec<String> {
+    let mut names = slot.shape.definition.columns.clone();
+    names.extend(relation.primary_key().iter().map(|c| c.name.clone()));
+    if let Some(filter) = &slot.filter {
+        names.extend(
+            filter
+                .columns()
+                .into_iter()
+                .map(|i| relation.columns[i].name.clone()),
+        );
+    }
+    names
+}
+
+/// A table with shapes.
+pub struct Table {
+    /// The layout shapes are checked against.
+    pub relation: RelationDesc,
+    /// Column types of that layout, for evaluation.
+    pub types: RowTypes,
+    /// For each column of `relation`, its position in the tuples pgoutput sends now (`None`:
+    /// the column is gone). `None` until the stream described the table: tuples are then
+    /// taken to be in `relation`'s layout.
+    pub layout: Option<Vec<Option<usize>>>,
+    /// The router over the shapes' where clauses.
+    pub router: Router,
+    /// The shapes.
+    pub slots: HashMap<ShapeId, Slot>,
+}
+
+impl Table {
+    /// An empty table with layout `relation`.
+    pub fn new(relation: RelationDesc) -> Table {
+        Table {
+            types: RowTypes::of(&relation),
+            router: Router::new(&relation),
+            relation,
+            layout: None,
+            slots: HashMap::new(),
+        }
+    }
+
+    /// Adds a shape.
+    pub fn add(&mut self, id: ShapeId, slot: Slot) {
+        self.router.add(id, slot.filter.as_ref());
+        self.slots.insert(id, slot);
+    }
+
+    /// Removes a shape.
+    pub fn remove(&mut self, id: ShapeId) -> Option<Slot> {
+        self.router.remove(id);
+        self.slots.remove(&id)
+    }
+
+    /// The stream described the table anew: recomputes the layout and returns the shapes whose
+    /// columns were dropped, renamed or retyped, or all of them when the table was renamed.
+    pub fn describe(&mut self, message: &RelationMessage) -> Vec<ShapeId> {
+        let renamed = message.schema != self.relation.schema || message.name != self.relation.name;
+        let layout: Vec<Option<usize>> = self
+            .relation
+            .columns
+            .iter()
+            .map(|c| {
+                message.columns.iter().position(|m| {
+                    m.name == c.name && m.type_oid == c.pg_type.oid && m.type_mod == c.type_mod
+                })
+            })
+            .collect();
+        let broken = self
+            .slots
+            .iter()
+            .filter(|(_, slot)| {
+                renamed
+                    || needed_columns(slot, &self.relation).iter().any(|name| {
+                        self.relation
+                            .column(name)
+                            .is_none_or(|(i, _)| layout[i].is_none())
+                    })
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        self.layout = Some(layout);
+        broken
+    }
+
+    /// A pgoutput tuple in the table's layout (gone columns read as NULL).
+    pub fn project(&self, tuple: Vec<Value>) -> Vec<Value> {
+        match &self.layout {
+            None => tuple,
+            Some(layout) => layout
+                .iter()
+                .map(|pos| {
+                    pos.and_then(|p| tuple.get(p).cloned())
+                        .unwrap_or(Value::Null)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Builds a shape's slot against `relation`; `None` if the shape no longer fits it.
+pub fn slot_for(
+    shape: Arc<Shape>,
+    writer: SharedWriter,
+    relation: &RelationDesc,
+    phase: Phase,
+    visibility: Option<PgSnapshot>,
+    skip_through: u64,
+) -> Option<Slot> {
+    let definition = &shape.definition;
+    let encoder = ChangeEncoder::new(definition, relation)?;
+    let filter = match &definition.where_text {
+        Some(text) => Some(Where::new(text, relation, &definition.params).ok()?),
+        None => None,
+    };
+    Some(Slot {
+        shape,
+        writer,
+        encoder,
+        filter,
+        phase,
+        visibility,
+        skip_through,
+        held: None,
+        in_txn: false,
+    })
+}

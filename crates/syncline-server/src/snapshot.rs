@@ -1,0 +1,212 @@
+//! A shape's initial snapshot: rows by binary COPY in a `REPEATABLE READ` transaction, written
+//! to the shape log as Electric insert messages, then `snapshot-end`.
+
+use std::sync::Arc;
+
+use syncline_core::{LogOffset, PgSnapshot};
+use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
+use syncline_pg::wire::{Mode, WireConnection};
+use syncline_pg::PgError;
+use syncline_storage::{Message, Operation, StorageError};
+
+use crate::pipeline::{Command, SharedWriter};
+use crate::shape::{LogMode, Shape, ShapeMeta};
+use crate::state::AppState;
+
+/// JSON bytes buffered before they are appended to the log.
+const APPEND_BATCH_BYTES: usize = 1 << 20;
+/// JSON bytes after which the snapshot so far is committed and flushed, so readers can start.
+const FLUSH_BATCH_BYTES: usize = 8 << 20;
+
+/// Why a snapshot failed.
+#[derive(Debug, thiserror::Error)]
+enum SnapshotError {
+    #[error("{0}")]
+    Postgres(#[from] PgError),
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the shape was removed")]
+    Removed,
+}
+
+/// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
+/// waiting requests learn why.
+pub async fn run(state: Arc<AppState>, shape: Arc<Shape>, writer: SharedWriter) {
+    let result = match state.snapshot_permits.acquire().await {
+        Ok(_permit) => take(&state, &shape, &writer).await,
+        Err(_) => Err(SnapshotError::Removed),
+    };
+    if let Err(e) = result {
+        if shape.state().gone {
+            return;
+        }
+        tracing::warn!(handle = %shape.handle, error = %e, "snapshot failed");
+        shape.update(|s| s.failed = Some(e.to_string()));
+        state.delete_shape(&shape).await;
+    }
+}
+
+/// Collected rows not yet appended.
+#[derive(Default)]
+struct Batch {
+    json: Vec<u8>,
+    keys: Vec<u8>,
+    /// Offset, end of key in `keys`, end of JSON in `json`.
+    entries: Vec<(LogOffset, usize, usize)>,
+}
+
+impl Batch {
+    fn messages(&self) -> Vec<Message<'_>> {
+        let (mut key_start, mut json_start) = (0, 0);
+        self.entries
+            .iter()
+            .map(|&(offset, key_end, json_end)| {
+                let m = Message {
+                    offset,
+                    key: &self.keys[key_start..key_end],
+                    op: Operation::Insert,
+                    json: &self.json[json_start..json_end],
+                };
+                (key_start, json_start) = (key_end, json_end);
+                m
+            })
+            .collect()
+    }
+
+    fn clear(&mut self) {
+        self.json.clear();
+        self.keys.clear();
+        self.entries.clear();
+    }
+}
+
+async fn take(
+    state: &Arc<AppState>,
+    shape: &Arc<Shape>,
+    writer: &SharedWriter,
+) -> Result<(), SnapshotError> {
+    let definition = &shape.definition;
+    let mut conn = WireConnection::connect(&state.pg, "syncline-snapshot", Mode::Query).await?;
+    conn.simple_query(&syncline_pg::conn::session_settings_sql())
+        .await?;
+    let where_sql = match definition.log {
+        LogMode::ChangesOnly => Some("false".to_owned()),
+        LogMode::Full => definition.where_sql.clone(),
+    };
+    let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?;
+    let mut snapshot = Snapshot::begin(&mut conn, &query).await?;
+    let visibility = snapshot.info().pg_snapshot.clone();
+    tokio::task::block_in_place(|| {
+        state.meta.save(&ShapeMeta {
+            handle: shape.handle.clone(),
+            definition: definition.clone(),
+            snapshot: Some(visibility.to_string()),
+        })
+    })?;
+    let started = Command::SnapshotStarted {
+        handle: shape.handle.clone(),
+        visibility: visibility.clone(),
+    };
+    state
+        .commands
+        .send(started)
+        .await
+        .map_err(|_| SnapshotError::Removed)?;
+
+    let mut encoder = RowEncoder::for_query(&query);
+    let mut batch = Batch::default();
+    let mut rows: u64 = 0;
+    let mut unflushed = 0;
+    loop {
+        let more = snapshot
+            .next_chunk(&mut |row| {
+                let start = batch.json.len();
+                batch.json.push(b',');
+                let key = encoder.encode(&row, &mut batch.json)?;
+                batch.keys.extend_from_slice(key);
+                batch
+                    .entries
+                    .push((LogOffset::new(0, rows), batch.keys.len(), batch.json.len()));
+                unflushed += batch.json.len() - start;
+                rows += 1;
+                Ok(())
+            })
+            .await?;
+        if shape.state().gone {
+            return Err(SnapshotError::Removed);
+        }
+        if batch.json.len() >= APPEND_BATCH_BYTES || !more {
+            append(writer, &batch)?;
+            batch.clear();
+        }
+        if unflushed >= FLUSH_BATCH_BYTES {
+            unflushed = 0;
+            let durable = tokio::task::block_in_place(|| {
+                with_writer(writer, |w| {
+                    w.commit()?;
+                    w.flush()
+                })
+            })?;
+            shape.update(|s| {
+                s.durable = durable;
+                s.snapshot_progress += 1;
+            });
+        }
+        if !more {
+            break;
+        }
+    }
+    drop(snapshot);
+    drop(conn);
+    let end = snapshot_end(&visibility);
+    tokio::task::block_in_place(|| {
+        with_writer(writer, |w| {
+            w.append(&[Message {
+                offset: LogOffset::new(0, rows),
+                key: b"",
+                op: Operation::Insert,
+                json: &end,
+            }])?;
+            w.complete_snapshot()?;
+            w.flush()
+        })
+    })?;
+    tracing::info!(handle = %shape.handle, rows, "snapshot written");
+    state
+        .commands
+        .send(Command::SnapshotDone {
+            handle: shape.handle.clone(),
+        })
+        .await
+        .map_err(|_| SnapshotError::Removed)
+}
+
+fn append(writer: &SharedWriter, batch: &Batch) -> Result<(), SnapshotError> {
+    if batch.entries.is_empty() {
+        return Ok(());
+    }
+    with_writer(writer, |w| w.append(&batch.messages()))
+}
+
+fn with_writer<T>(
+    writer: &SharedWriter,
+    f: impl FnOnce(&mut syncline_storage::Writer) -> syncline_storage::Result<T>,
+) -> Result<T, SnapshotError> {
+    let mut guard = writer.lock().expect("writer lock");
+    let w = guard.as_mut().ok_or(SnapshotError::Removed)?;
+    Ok(f(w)?)
+}
+
+/// The `snapshot-end` control message (with the leading separator every stored message has).
+pub fn snapshot_end(visibility: &PgSnapshot) -> Vec<u8> {
+    let xip: Vec<String> = visibility.xip.iter().map(|x| format!("\"{x}\"")).collect();
+    format!(
+        ",{{\"headers\":{{\"control\":\"snapshot-end\",\"xmin\":\"{}\",\"xmax\":\"{}\",\"xip_list\":[{}]}}}}",
+        visibility.xmin,
+        visibility.xmax,
+        xip.join(",")
+    )
+    .into_bytes()
+}
