@@ -25,25 +25,7 @@ use super::param_errors::ParamErrors;
 use super::query::{self, Raw};
 use super::subset_body::{scalar_text, SubsetBody};
 
-/// Which old values updates and deletes carry (`replica`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Replica {
-    /// Primary key and changed columns only.
-    #[default]
-    Default,
-    /// Whole rows, plus `old_value` on updates.
-    Full,
-}
-
-/// Whether the shape log starts with a snapshot (`log`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogMode {
-    /// Snapshot, then changes.
-    #[default]
-    Full,
-    /// Changes only (the snapshot part is empty).
-    ChangesOnly,
-}
+pub use crate::shape::{LogMode, Replica};
 
 /// A valid shape request.
 #[derive(Debug, Clone, PartialEq, Eq)]

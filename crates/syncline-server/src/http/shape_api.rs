@@ -1,0 +1,680 @@
+//! `/v1/shape`: resolving a request to a shape (creating it when needed), and answering it from
+//! the shape log by offset, live or not.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_TYPE, ETAG,
+};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rand::Rng;
+use syncline_core::{LogOffset, RelationDesc, RequestOffset};
+use syncline_storage::ReadResult;
+use syncline_where::Where;
+use tokio::time::Instant;
+
+use super::body::{log_array, range_bytes, up_to_date};
+use super::caching::{self, CacheConfig, ResponseFacts};
+use super::param_errors::{self, ParamErrors};
+use super::params::{parse_shape_params, request_secret, ShapeParams};
+use super::schema_header::electric_schema;
+use super::subset_body::parse_subset_body;
+use super::JSON;
+use crate::shape::{Shape, ShapeDefinition};
+use crate::state::AppState;
+
+/// Largest POST body accepted.
+const POST_BODY_BYTES_MAX: usize = 1 << 20;
+/// Seconds a client should wait before retrying after a 503.
+const RETRY_AFTER_S: &str = "10";
+
+/// Makes no-change etags unique.
+static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);
+
+/// Answers any method on `/v1/shape`.
+pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
+    let method = request.method().clone();
+    if method == Method::OPTIONS {
+        return options(request.headers());
+    }
+    let query = request.uri().query().unwrap_or("").to_owned();
+    if let Some(secret) = &state.config.secret {
+        if request_secret(&query).as_deref() != Some(secret.as_str()) {
+            return json(
+                StatusCode::UNAUTHORIZED,
+                r#"{"message":"Unauthorized - Invalid API secret"}"#.into(),
+            );
+        }
+    }
+    let headers = request.headers().clone();
+    match method {
+        Method::GET | Method::HEAD => {
+            let params = match parse_shape_params(&query, None) {
+                Ok(p) => p,
+                Err(errors) => return invalid(&method, &errors),
+            };
+            get(&state, &method, &params, &headers).await
+        }
+        Method::POST => {
+            let bytes = match axum::body::to_bytes(request.into_body(), POST_BODY_BYTES_MAX).await {
+                Ok(b) => b,
+                Err(_) => {
+                    return json(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        r#"{"error":"Request body too large"}"#.into(),
+                    )
+                }
+            };
+            let body = match parse_subset_body(&bytes) {
+                Ok(b) => b,
+                Err(e) => return json(e.status(), e.body()),
+            };
+            let params = match parse_shape_params(&query, body.as_ref()) {
+                Ok(p) => p,
+                Err(errors) => return invalid(&method, &errors),
+            };
+            get(&state, &method, &params, &headers).await
+        }
+        Method::DELETE => delete(&state, &query).await,
+        _ => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    }
+}
+
+fn options(request: &HeaderMap) -> Response {
+    let allowed: Vec<String> = request
+        .get(ACCESS_CONTROL_REQUEST_HEADERS)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| h == "if-none-match" || h == "traceparent")
+        .collect();
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    let headers = response.headers_mut();
+    headers.insert("access-control-max-age", HeaderValue::from_static("86400"));
+    if let Ok(value) = HeaderValue::from_str(&allowed.join(", ")) {
+        headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, value);
+    }
+    response
+}
+
+async fn get(
+    state: &Arc<AppState>,
+    method: &Method,
+    params: &ShapeParams,
+    request: &HeaderMap,
+) -> Response {
+    if params.live_sse {
+        let errors = ParamErrors::single(
+            "live_sse",
+            "is not supported by this server yet; use long polling",
+        );
+        return invalid(method, &errors);
+    }
+    if params.subset.is_some() {
+        let errors = ParamErrors::single_subset(
+            "where",
+            "subset snapshots are not supported by this server yet",
+        );
+        return invalid(method, &errors);
+    }
+    let shape = match resolve(state, method, params).await {
+        Ok(shape) => shape,
+        Err(response) => return response,
+    };
+    shape.touch();
+    Serve {
+        state,
+        shape: &shape,
+        method,
+        params,
+        request,
+    }
+    .run()
+    .await
+}
+
+/// The shape a request names, or the response that ends it (400, 409, 503).
+async fn resolve(
+    state: &Arc<AppState>,
+    method: &Method,
+    params: &ShapeParams,
+) -> Result<Arc<Shape>, Response> {
+    if let (RequestOffset::After(_), Some(handle)) = (params.offset, &params.handle) {
+        if let Some(shape) = state.registry().by_handle(handle) {
+            if same_request(&shape.definition, params) {
+                return Ok(shape);
+            }
+        }
+    }
+    let (definition, relation) = definition(state, method, params).await?;
+    let existing = state.registry().by_identity(&definition.identity());
+    match params.offset {
+        RequestOffset::After(_) => match existing {
+            Some(shape) if Some(&shape.handle) == params.handle.as_ref() => Ok(shape),
+            Some(shape) => Err(conflict(method, Some(&shape.handle))),
+            None => {
+                let shape = create(state, definition, relation).await?;
+                Err(conflict(method, Some(&shape.handle)))
+            }
+        },
+        RequestOffset::BeforeAll | RequestOffset::Now => match existing {
+            Some(shape) => Ok(shape),
+            None => create(state, definition, relation).await,
+        },
+    }
+}
+
+async fn create(
+    state: &Arc<AppState>,
+    definition: ShapeDefinition,
+    relation: RelationDesc,
+) -> Result<Arc<Shape>, Response> {
+    state
+        .get_or_create(definition, relation)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "could not create shape");
+            unavailable(&format!(
+                r#"{{"message":{}}}"#,
+                serde_json::Value::from(e.to_string())
+            ))
+        })
+}
+
+/// Whether a request spells the shape's definition the same way (no catalog lookup needed).
+fn same_request(definition: &ShapeDefinition, params: &ShapeParams) -> bool {
+    definition.schema == params.schema
+        && definition.table == params.table
+        && definition.where_text == params.where_clause
+        && definition.params == params.where_params
+        && definition.replica == params.replica
+        && definition.log == params.log
+        && match &params.columns {
+            None => !definition.explicit_columns,
+            Some(list) => {
+                let mut a = list.clone();
+                let mut b = definition.columns.clone();
+                a.sort();
+                b.sort();
+                definition.explicit_columns && a == b
+            }
+        }
+}
+
+/// Checks the request against the catalog and builds the shape definition.
+async fn definition(
+    state: &AppState,
+    method: &Method,
+    params: &ShapeParams,
+) -> Result<(ShapeDefinition, RelationDesc), Response> {
+    let relation = match state.load_relation(&params.schema, &params.table).await {
+        Ok(Some(relation)) => relation,
+        Ok(None) => {
+            let message = param_errors::table_does_not_exist(&params.schema, &params.table);
+            return Err(invalid(method, &ParamErrors::single("table", message)));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "catalog lookup failed");
+            return Err(unavailable(
+                r#"{"code":"database_unreachable","error":"Database is unreachable"}"#,
+            ));
+        }
+    };
+    let columns = match &params.columns {
+        None => relation.columns.iter().map(|c| c.name.clone()).collect(),
+        Some(list) => {
+            let unknown: Vec<&str> = list
+                .iter()
+                .filter(|n| relation.column(n).is_none())
+                .map(String::as_str)
+                .collect();
+            if !unknown.is_empty() {
+                let message = param_errors::columns_not_found(&unknown);
+                return Err(invalid(method, &ParamErrors::single("columns", message)));
+            }
+            let pk = relation.primary_key();
+            let missing: Vec<&str> = pk
+                .iter()
+                .filter(|c| !list.contains(&c.name))
+                .map(|c| c.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                let message = param_errors::columns_missing_pk(&missing);
+                return Err(invalid(method, &ParamErrors::single("columns", message)));
+            }
+            relation
+                .columns
+                .iter()
+                .filter(|c| list.contains(&c.name))
+                .map(|c| c.name.clone())
+                .collect()
+        }
+    };
+    let where_sql = match &params.where_clause {
+        None => None,
+        Some(text) => match Where::new(text, &relation, &params.where_params) {
+            Ok(w) => Some(w.sql().to_owned()),
+            Err(e) => return Err(invalid(method, &ParamErrors::single("where", e.message))),
+        },
+    };
+    let definition = ShapeDefinition {
+        relation_oid: relation.oid,
+        schema: relation.schema.clone(),
+        table: relation.name.clone(),
+        columns,
+        explicit_columns: params.columns.is_some(),
+        where_text: params.where_clause.clone(),
+        params: params.where_params.clone(),
+        where_sql,
+        replica: params.replica,
+        log: params.log,
+    };
+    Ok((definition, relation))
+}
+
+/// One request being answered from a shape's log.
+struct Serve<'a> {
+    state: &'a Arc<AppState>,
+    shape: &'a Arc<Shape>,
+    method: &'a Method,
+    params: &'a ShapeParams,
+    request: &'a HeaderMap,
+}
+
+/// What a read produced.
+struct Answer {
+    read: ReadResult,
+    up_to_date: bool,
+    has_data: bool,
+    no_change: bool,
+}
+
+impl Serve<'_> {
+    async fn run(self) -> Response {
+        let timeout = self.state.config.long_poll_timeout();
+        let deadline = Instant::now() + timeout;
+        let from = match self.params.offset {
+            RequestOffset::BeforeAll => None,
+            RequestOffset::Now => {
+                return match self.wait_snapshot(deadline).await {
+                    Ok(()) => self.now(),
+                    Err(r) => r,
+                }
+            }
+            RequestOffset::After(o) => Some(o),
+        };
+        if let Some(o) = from {
+            if self.out_of_bounds(o) {
+                tokio::time::sleep(timeout / 2).await;
+                if self.out_of_bounds(o) {
+                    let errors = ParamErrors::single("offset", "out of bounds for this shape");
+                    return invalid(self.method, &errors);
+                }
+            }
+        }
+        match self.answer(from, deadline).await {
+            Ok(answer) => self.respond(from, answer),
+            Err(response) => response,
+        }
+    }
+
+    /// Whether `o` lies past everything the shape or the server has seen.
+    fn out_of_bounds(&self, o: LogOffset) -> bool {
+        let st = self.shape.state();
+        if !st.snapshot_done || o == LogOffset::SNAPSHOT_END {
+            return false;
+        }
+        let end = st
+            .durable
+            .map_or(0, |d| d.tx)
+            .max(self.state.last_seen_lsn());
+        o.tx > end
+    }
+
+    /// Reads until there is something to send: data readable from `from` (a whole chunk while
+    /// the snapshot runs), or, for live requests, until new data arrives or the timeout.
+    async fn answer(&self, from: Option<LogOffset>, deadline: Instant) -> Result<Answer, Response> {
+        let mut changes = self.shape.subscribe();
+        loop {
+            let st = changes.borrow_and_update().clone();
+            if let Some(error) = st.failed {
+                return Err(snapshot_failed(&error));
+            }
+            if st.gone {
+                return Err(self.gone().await);
+            }
+            let read = tokio::task::block_in_place(|| {
+                self.shape.with_reader(&self.state.store, |r| r.read(from))
+            })
+            .map_err(|e| {
+                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
+                internal_error()
+            })?;
+            let ready = st.snapshot_done || read.chunk_closed;
+            let has_data = read.body.is_some();
+            if ready && (has_data || !self.params.live) {
+                let up_to_date = from.is_some() && st.snapshot_done && read.up_to_date;
+                return Ok(Answer {
+                    read,
+                    up_to_date,
+                    has_data,
+                    no_change: false,
+                });
+            }
+            let waited = tokio::time::timeout_at(deadline, changes.changed()).await;
+            match waited {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => return Err(self.gone().await),
+                Err(_) if ready => {
+                    return Ok(Answer {
+                        read,
+                        up_to_date: true,
+                        has_data: false,
+                        no_change: true,
+                    })
+                }
+                Err(_) => {
+                    return Err(snapshot_failed(
+                        "Snapshot timed out while waiting for the initial data",
+                    ))
+                }
+            }
+        }
+    }
+
+    async fn wait_snapshot(&self, deadline: Instant) -> Result<(), Response> {
+        let mut changes = self.shape.subscribe();
+        loop {
+            let st = changes.borrow_and_update().clone();
+            if let Some(error) = st.failed {
+                return Err(snapshot_failed(&error));
+            }
+            if st.gone {
+                return Err(self.gone().await);
+            }
+            if st.snapshot_done {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(self.gone().await),
+                Err(_) => {
+                    return Err(snapshot_failed(
+                        "Snapshot timed out while waiting for the initial data",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// `offset=now`: no data, the current end.
+    fn now(&self) -> Response {
+        let end = self
+            .shape
+            .state()
+            .durable
+            .unwrap_or(LogOffset::SNAPSHOT_END);
+        let control = up_to_date(self.global_lsn(end));
+        let mut headers = self.shape_headers(end, false, true);
+        headers.insert("electric-up-to-date", HeaderValue::from_static(""));
+        let (body, _) = log_array(None, Some(control));
+        self.finish(headers, None, body)
+    }
+
+    fn respond(&self, from: Option<LogOffset>, answer: Answer) -> Response {
+        let end = answer.read.end_offset.or(from).unwrap_or(LogOffset::ZERO);
+        let bytes = match answer.read.body.as_ref().map(range_bytes).transpose() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
+                return internal_error();
+            }
+        };
+        let control = answer.up_to_date.then(|| {
+            let lsn = if self.params.live && answer.has_data {
+                end.tx
+            } else {
+                self.global_lsn(end)
+            };
+            up_to_date(lsn)
+        });
+        let mut headers = self.shape_headers(end, answer.has_data, !self.params.live);
+        if answer.up_to_date {
+            headers.insert("electric-up-to-date", HeaderValue::from_static(""));
+        }
+        let etag = if answer.no_change {
+            caching::no_change_etag(
+                &self.shape.handle,
+                self.params.offset,
+                end,
+                NO_CHANGE_SEQ.fetch_add(1, Ordering::Relaxed),
+            )
+        } else {
+            caching::etag(&self.shape.handle, self.params.offset, end)
+        };
+        let (body, _) = log_array(bytes, control);
+        self.finish(headers, Some(etag), body)
+    }
+
+    fn global_lsn(&self, end: LogOffset) -> u64 {
+        self.state.last_seen_lsn().max(end.tx)
+    }
+
+    /// Headers of a 200 from this shape.
+    fn shape_headers(&self, end: LogOffset, has_data: bool, with_schema: bool) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+        headers.insert("electric-handle", header_value(&self.shape.handle));
+        headers.insert("electric-offset", header_value(&end.to_string()));
+        headers.insert(
+            "electric-has-data",
+            HeaderValue::from_static(if has_data { "true" } else { "false" }),
+        );
+        if with_schema {
+            let schema =
+                electric_schema(&self.shape.relation, Some(&self.shape.definition.columns));
+            headers.insert("electric-schema", header_value(&schema));
+        }
+        if self.params.live {
+            let cursor = caching::electric_cursor(
+                SystemTime::now(),
+                self.state.config.long_poll_timeout(),
+                self.params.cursor.as_deref(),
+                || {
+                    rand::thread_rng()
+                        .gen_range(caching::CURSOR_JITTER_MIN_S..=caching::CURSOR_JITTER_MAX_S)
+                },
+            );
+            headers.insert("electric-cursor", header_value(&cursor.to_string()));
+        }
+        headers
+    }
+
+    /// Adds caching headers and the etag, answers 304 when the client has these bytes, and
+    /// drops the body for HEAD.
+    fn finish(&self, mut headers: HeaderMap, etag: Option<String>, body: Body) -> Response {
+        let facts = ResponseFacts {
+            method: self.method.clone(),
+            status: StatusCode::OK,
+            handle_known: true,
+            offset: Some(self.params.offset),
+            live: self.params.live,
+            live_sse: false,
+            subset: false,
+        };
+        caching::cache_headers(&facts, &cache_config(self.state)).apply(&mut headers);
+        let mut status = StatusCode::OK;
+        let mut body = Some(body);
+        if let Some(etag) = etag {
+            if caching::if_none_match_hits(self.request, &etag) {
+                status = StatusCode::NOT_MODIFIED;
+                headers.remove("electric-schema");
+                body = None;
+            }
+            headers.insert(ETAG, header_value(&etag));
+        }
+        if *self.method == Method::HEAD {
+            body = None;
+        }
+        let mut response = Response::new(body.unwrap_or_else(Body::empty));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        response
+    }
+
+    /// The shape vanished: 409 pointing at its successor (made if needed).
+    async fn gone(&self) -> Response {
+        match definition(self.state, self.method, self.params).await {
+            Ok((definition, relation)) => match create(self.state, definition, relation).await {
+                Ok(shape) => conflict(self.method, Some(&shape.handle)),
+                Err(response) => response,
+            },
+            Err(response) => response,
+        }
+    }
+}
+
+fn cache_config(state: &AppState) -> CacheConfig {
+    CacheConfig {
+        max_age_s: state.config.cache_max_age,
+        stale_age_s: state.config.cache_stale_age,
+        ..CacheConfig::default()
+    }
+}
+
+/// 409 must-refetch, pointing at `handle`.
+fn conflict(method: &Method, handle: Option<&str>) -> Response {
+    let mut response = json(
+        StatusCode::CONFLICT,
+        r#"[{"headers":{"control":"must-refetch"}}]"#.into(),
+    );
+    let facts = ResponseFacts {
+        method: method.clone(),
+        status: StatusCode::CONFLICT,
+        handle_known: handle.is_some(),
+        offset: None,
+        live: false,
+        live_sse: false,
+        subset: false,
+    };
+    caching::cache_headers(&facts, &CacheConfig::default()).apply(response.headers_mut());
+    if let Some(handle) = handle {
+        response
+            .headers_mut()
+            .insert("electric-handle", header_value(handle));
+    }
+    response
+}
+
+/// 400 with Electric's validation body.
+fn invalid(method: &Method, errors: &ParamErrors) -> Response {
+    let mut response = json(StatusCode::BAD_REQUEST, errors.body());
+    let facts = ResponseFacts {
+        method: method.clone(),
+        status: StatusCode::BAD_REQUEST,
+        handle_known: false,
+        offset: None,
+        live: false,
+        live_sse: false,
+        subset: false,
+    };
+    caching::cache_headers(&facts, &CacheConfig::default()).apply(response.headers_mut());
+    response
+}
+
+fn snapshot_failed(error: &str) -> Response {
+    let mut response = unavailable(&format!(
+        r#"{{"message":{}}}"#,
+        serde_json::Value::from(error)
+    ));
+    response.headers_mut().insert(
+        "electric-internal-known-error",
+        HeaderValue::from_static("true"),
+    );
+    response
+}
+
+fn unavailable(body: &str) -> Response {
+    let mut response = json(StatusCode::SERVICE_UNAVAILABLE, body.to_owned());
+    response
+        .headers_mut()
+        .insert("retry-after", HeaderValue::from_static(RETRY_AFTER_S));
+    response
+}
+
+fn internal_error() -> Response {
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        r#"{"message":"Internal server error"}"#.into(),
+    )
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+    response
+}
+
+fn header_value(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// DELETE: drops a shape named by its definition or its handle (test suites only).
+async fn delete(state: &Arc<AppState>, query: &str) -> Response {
+    if !state.config.enable_integration_testing {
+        return json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            r#"{"message":"DELETE not allowed"}"#.into(),
+        );
+    }
+    let handle = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "handle")
+        .map(|(_, v)| v.into_owned());
+    let has_table = form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "table");
+    let shape = if has_table {
+        let params = match parse_shape_params(&format!("{query}&offset=-1"), None) {
+            Ok(p) => p,
+            Err(errors) => return invalid(&Method::DELETE, &errors),
+        };
+        let definition = match definition(state, &Method::DELETE, &params).await {
+            Ok((d, _)) => d,
+            Err(response) => return response,
+        };
+        let shape = state.registry().by_identity(&definition.identity());
+        if let (Some(shape), Some(handle)) = (&shape, &handle) {
+            if &shape.handle != handle {
+                let errors = ParamErrors::single(
+                    "handle",
+                    "The specified shape definition and handle do not match. Please ensure the shape definition is correct or omit the shape handle from the request to obtain a new one.",
+                );
+                return invalid(&Method::DELETE, &errors);
+            }
+        }
+        shape
+    } else if let Some(handle) = handle {
+        state.registry().by_handle(&handle)
+    } else {
+        let errors =
+            ParamErrors::single("handle", "can't be blank when shape definition is missing");
+        return invalid(&Method::DELETE, &errors);
+    };
+    match shape {
+        Some(shape) => {
+            state.delete_shape(&shape).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        None => json(
+            StatusCode::NOT_FOUND,
+            r#"{"message":"No existing shape found"}"#.into(),
+        ),
+    }
+}
