@@ -1,0 +1,228 @@
+//! The shape API end to end: a private Postgres, a server in this process, real HTTP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::fixture;
+use serde_json::json;
+
+const ITEMS: &str = "CREATE TABLE items (id int PRIMARY KEY, title text, flag bool, n numeric);
+     INSERT INTO items VALUES (1, 'one', true, 1.5), (2, 'two/2', false, NULL), (3, 'three', NULL, 3);";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_sync_then_live_changes() {
+    let f = fixture(ITEMS).await;
+    let first = f.get("table=items&offset=-1").await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert!(first.header("electric-up-to-date").is_none());
+    assert!(first.header("electric-schema").is_some());
+    assert_eq!(first.controls(), vec!["snapshot-end"]);
+    let rows: Vec<_> = first.changes().iter().map(|m| m["value"].clone()).collect();
+    assert_eq!(
+        rows,
+        vec![
+            json!({"id":"1","title":"one","flag":"true","n":"1.5"}),
+            json!({"id":"2","title":"two/2","flag":"false","n":null}),
+            json!({"id":"3","title":"three","flag":null,"n":"3"}),
+        ]
+    );
+    assert_eq!(
+        first.changes()[1]["key"],
+        json!("\"public\".\"items\"/\"2\"")
+    );
+    assert_eq!(
+        first.changes()[0]["headers"],
+        json!({"operation":"insert","relation":["public","items"]})
+    );
+    let handle = first.header("electric-handle").unwrap().to_owned();
+    let offset = first.header("electric-offset").unwrap().to_owned();
+
+    let caught_up = f
+        .get(&format!("table=items&offset={offset}&handle={handle}"))
+        .await;
+    assert_eq!(caught_up.status, 200);
+    assert_eq!(caught_up.controls(), vec!["up-to-date"]);
+    assert!(caught_up.header("electric-up-to-date").is_some());
+    let offset = caught_up.header("electric-offset").unwrap().to_owned();
+
+    let live_url = format!("table=items&offset={offset}&handle={handle}&live=true");
+    let (live, ()) = tokio::join!(f.get(&live_url), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.db.batch_execute(
+            "BEGIN; INSERT INTO items VALUES (4, 'four', true, 4); \
+             UPDATE items SET title = 'uno' WHERE id = 1; DELETE FROM items WHERE id = 2; COMMIT;",
+        )
+        .await
+        .unwrap();
+    });
+    assert_eq!(live.status, 200, "{}", live.body);
+    assert!(live.header("electric-cursor").is_some());
+    assert!(live.header("electric-schema").is_none());
+    let changes = live.changes();
+    assert_eq!(changes.len(), 3, "{}", live.body);
+    assert_eq!(changes[0]["headers"]["operation"], "insert");
+    assert_eq!(
+        changes[0]["value"],
+        json!({"id":"4","title":"four","flag":"t","n":"4"})
+    );
+    assert_eq!(changes[1]["headers"]["operation"], "update");
+    assert_eq!(changes[1]["value"], json!({"id":"1","title":"uno"}));
+    assert_eq!(changes[2]["headers"]["operation"], "delete");
+    assert_eq!(changes[2]["value"], json!({"id":"2"}));
+    let lsn = changes[0]["headers"]["lsn"].as_str().unwrap();
+    for (i, c) in changes.iter().enumerate() {
+        assert_eq!(c["headers"]["lsn"], lsn);
+        assert_eq!(c["headers"]["op_position"], json!(i * 2));
+        assert_eq!(c["headers"]["last"].as_bool(), (i == 2).then_some(true));
+        assert!(c["headers"]["txids"][0].is_u64());
+    }
+    assert_eq!(live.header("electric-offset").unwrap(), format!("{lsn}_4"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_clause_moves_rows_in_and_out() {
+    let f = fixture(ITEMS).await;
+    let query = "table=items&where=id%20%3E%20%241&params%5B1%5D=1&replica=full";
+    let (handle, offset, snapshot) = f.sync(query).await;
+    let ids: Vec<_> = snapshot.iter().map(|m| m["value"]["id"].clone()).collect();
+    assert_eq!(ids, vec![json!("2"), json!("3")]);
+    f.db.batch_execute(
+        "UPDATE items SET id = 0 WHERE id = 3; UPDATE items SET id = 7 WHERE id = 1; \
+         UPDATE items SET title = 'deux' WHERE id = 2;",
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut offset = offset;
+    while seen.len() < 3 {
+        let r = f
+            .get(&format!("{query}&offset={offset}&handle={handle}&live"))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        seen.extend(r.changes().into_iter().cloned());
+        offset = r.header("electric-offset").unwrap().to_owned();
+    }
+    assert_eq!(seen[0]["headers"]["operation"], "delete");
+    assert_eq!(seen[0]["value"]["id"], "3");
+    assert_eq!(
+        seen[0]["value"]["title"], "three",
+        "replica=full deletes carry the row"
+    );
+    assert_eq!(seen[1]["headers"]["operation"], "insert");
+    assert_eq!(seen[1]["value"]["id"], "7");
+    assert_eq!(seen[2]["headers"]["operation"], "update");
+    assert_eq!(
+        seen[2]["value"],
+        json!({"id":"2","title":"deux","flag":"f","n":null})
+    );
+    assert_eq!(seen[2]["old_value"], json!({"title":"two/2"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_and_delete_give_409_and_a_new_handle() {
+    let f = fixture(ITEMS).await;
+    let (handle, offset, _) = f.sync("table=items").await;
+    f.db.batch_execute("TRUNCATE items").await.unwrap();
+    let mut status = 200;
+    let mut reply = None;
+    for _ in 0..50 {
+        let r = f
+            .get(&format!("table=items&offset={offset}&handle={handle}&live"))
+            .await;
+        status = r.status;
+        if status == 409 {
+            reply = Some(r);
+            break;
+        }
+    }
+    assert_eq!(status, 409);
+    let reply = reply.unwrap();
+    assert_eq!(reply.body, json!([{"headers":{"control":"must-refetch"}}]));
+    let new_handle = reply.header("electric-handle").unwrap().to_owned();
+    assert_ne!(new_handle, handle);
+    let (again, _, rows) = f.sync("table=items").await;
+    assert_eq!(again, new_handle);
+    assert!(rows.is_empty());
+
+    let deleted = f
+        .request(reqwest::Method::DELETE, &format!("handle={new_handle}"))
+        .await;
+    assert_eq!(deleted.status, 202);
+    let after = f
+        .get(&format!("table=items&offset=0_0&handle={new_handle}"))
+        .await;
+    assert_eq!(after.status, 409);
+    assert_ne!(after.header("electric-handle").unwrap(), new_handle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_electric_errors() {
+    let f = fixture(ITEMS).await;
+    let r = f.get("table=nope&offset=-1").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body,
+        json!({"message":"Invalid request","errors":{"table":["Table \"public\".\"nope\" does not exist. If the table name contains capitals or special characters you must quote it."]}})
+    );
+    let r = f.get("table=items&offset=-1&where=1%20x%201").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["errors"]["where"],
+        json!(["At location 17: syntax error at or near \"x\""])
+    );
+    let r = f.get("table=items&offset=-1&columns=title").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["errors"]["columns"],
+        json!(["The list of columns must include all primary key columns, missing: id"])
+    );
+    let r = f.get("table=items&offset=abc").await;
+    assert_eq!(r.body["errors"]["offset"], json!(["has invalid format"]));
+    let r = f.get("table=items&offset=-1&live=true").await;
+    assert_eq!(
+        r.body["errors"]["live"],
+        json!(["can't be true when offset == -1"])
+    );
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_close_at_the_threshold_and_offsets_resume() {
+    let f = fixture(
+        "CREATE TABLE big (id int PRIMARY KEY, body text);
+         INSERT INTO big SELECT i, repeat('x', 200) FROM generate_series(1, 500) i;",
+    )
+    .await;
+    let first = f.get("table=big&offset=-1").await;
+    let first_rows = first.changes().len();
+    assert!(
+        first_rows > 10 && first_rows < 500,
+        "{first_rows} rows in chunk 0"
+    );
+    let (_, _, all) = f.sync("table=big").await;
+    assert_eq!(all.len(), 500);
+    let mut ids: Vec<i64> = all
+        .iter()
+        .map(|m| m["value"]["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (1..=500).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_now_and_health() {
+    let f = fixture(ITEMS).await;
+    let r = f.get("table=items&offset=now").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.controls(), vec!["up-to-date"]);
+    assert_eq!(r.header("electric-has-data"), Some("false"));
+    let health = f
+        .http
+        .get(format!("http://{}/v1/health", f.server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), r#"{"status":"active"}"#);
+}
