@@ -8,13 +8,18 @@ use thiserror::Error;
 pub struct WhereError {
     /// The complete message a client receives, e.g. `At location 17: syntax error at or near "x"`.
     pub message: String,
+    /// The location and the message without it, for [`WhereError::shifted`].
+    located: Option<(i32, String)>,
 }
 
 impl WhereError {
     /// A semantic error at a 0-based byte offset within the where text.
     pub fn at(location: i32, message: impl Into<String>) -> WhereError {
+        let location = location.max(0);
+        let detail = message.into();
         WhereError {
-            message: format!("At location {}: {}", location.max(0), message.into()),
+            message: format!("At location {location}: {detail}"),
+            located: Some((location, detail)),
         }
     }
 
@@ -22,6 +27,16 @@ impl WhereError {
     pub fn new(message: impl Into<String>) -> WhereError {
         WhereError {
             message: message.into(),
+            located: None,
+        }
+    }
+
+    /// The same error with its location moved `by` bytes back: for text that was checked
+    /// behind a longer prefix than the where clause's.
+    pub fn shifted(self, by: i32) -> WhereError {
+        match self.located {
+            Some((location, detail)) => WhereError::at(location - by, detail),
+            None => self,
         }
     }
 }

@@ -39,6 +39,7 @@ pub mod error;
 pub mod eval;
 pub mod expr;
 pub mod like;
+pub mod order_by;
 pub mod parse;
 pub mod render;
 pub mod router;
@@ -50,6 +51,7 @@ use syncline_core::relation::RelationDesc;
 pub use error::{EvalError, WhereError};
 pub use eval::{Row, RowTypes};
 pub use expr::Expr;
+pub use order_by::OrderBy;
 pub use types::Type;
 
 /// Stack that parsing and checking may need: a debug build overflows 2 MiB (a tokio worker's

@@ -3,13 +3,16 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
-use pg_query::protobuf::{node::Node as NodeEnum, Node, SelectStmt};
+use pg_query::protobuf::{node::Node as NodeEnum, Node, SelectStmt, SortBy};
 
 use crate::error::WhereError;
 
 /// The text put before the where clause; error locations from the parser count it.
 pub const PREFIX: &str = "SELECT 1 WHERE ";
-/// Longest where clause accepted, in bytes (keeps parse time and memory bounded).
+/// The text put before a subset's `ORDER BY` list; its syntax error locations count it.
+pub const ORDER_BY_PREFIX: &str = "SELECT 1 ORDER BY ";
+/// Longest where clause (or `ORDER BY` list) accepted, in bytes (keeps parse time and memory
+/// bounded).
 pub const WHERE_BYTES_MAX: usize = 64 * 1024;
 
 /// `PgQueryError` of libpg_query's `pg_query.h`.
@@ -38,15 +41,39 @@ extern "C" {
 
 /// Parses the where text into its expression node.
 pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
-    if where_text.len() > WHERE_BYTES_MAX {
+    let select = parse_select(PREFIX, where_text, "where clause")?;
+    only_clause(&select, Clause::Where)?;
+    select
+        .where_clause
+        .map(|node| *node)
+        .ok_or_else(|| WhereError::new("malformed query ending with SQL clauses"))
+}
+
+/// Parses a subset's `ORDER BY` list (`a DESC NULLS LAST, lower(b)`) into its sort items.
+pub fn parse_order_by(order_by: &str) -> Result<Vec<SortBy>, WhereError> {
+    let select = parse_select(ORDER_BY_PREFIX, order_by, "order by")?;
+    only_clause(&select, Clause::OrderBy)?;
+    select
+        .sort_clause
+        .into_iter()
+        .map(|node| match node.node {
+            Some(NodeEnum::SortBy(sort)) => Ok(*sort),
+            _ => Err(WhereError::new("malformed ORDER BY clause")),
+        })
+        .collect()
+}
+
+/// Parses `prefix + text` as exactly one `SELECT` statement.
+fn parse_select(prefix: &str, text: &str, what: &str) -> Result<SelectStmt, WhereError> {
+    if text.len() > WHERE_BYTES_MAX {
         return Err(WhereError::new(format!(
-            "where clause longer than {WHERE_BYTES_MAX} bytes"
+            "{what} longer than {WHERE_BYTES_MAX} bytes"
         )));
     }
-    if where_text.contains('\0') {
-        return Err(WhereError::new("where clause contains a NUL byte"));
+    if text.contains('\0') {
+        return Err(WhereError::new(format!("{what} contains a NUL byte")));
     }
-    let sql = format!("{PREFIX}{where_text}");
+    let sql = format!("{prefix}{text}");
     let result = match pg_query::parse(&sql, 0) {
         Ok(result) => result,
         Err(pg_query::Error::Decode(_)) => {
@@ -59,26 +86,33 @@ pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
     if stmts.len() != 1 {
         return Err(WhereError::new("unescaped \";\" causing statement split"));
     }
-    let select = match stmts
+    match stmts
         .into_iter()
         .next()
         .and_then(|s| s.stmt)
         .and_then(|n| n.node)
     {
-        Some(NodeEnum::SelectStmt(select)) => select,
-        _ => return Err(WhereError::new("malformed query ending with SQL clauses")),
-    };
-    only_where(*select)
+        Some(NodeEnum::SelectStmt(select)) => Ok(*select),
+        _ => Err(WhereError::new("malformed query ending with SQL clauses")),
+    }
 }
 
-/// Keeps the where clause of `SELECT 1 WHERE ...`, rejecting any other clause that sneaked in.
-fn only_where(select: SelectStmt) -> Result<Node, WhereError> {
+/// The one clause a parsed `SELECT 1 …` may carry.
+#[derive(PartialEq)]
+enum Clause {
+    Where,
+    OrderBy,
+}
+
+/// Rejects any clause but `keep` that sneaked into `SELECT 1 …`.
+fn only_clause(select: &SelectStmt, keep: Clause) -> Result<(), WhereError> {
     let extra = select.target_list.len() != 1
         || !select.from_clause.is_empty()
+        || (select.where_clause.is_some() != (keep == Clause::Where))
+        || (select.sort_clause.is_empty() == (keep == Clause::OrderBy))
         || !select.group_clause.is_empty()
         || select.having_clause.is_some()
         || !select.window_clause.is_empty()
-        || !select.sort_clause.is_empty()
         || select.limit_count.is_some()
         || select.limit_offset.is_some()
         || !select.locking_clause.is_empty()
@@ -88,10 +122,10 @@ fn only_where(select: SelectStmt) -> Result<Node, WhereError> {
         || !select.values_lists.is_empty()
         || select.larg.is_some()
         || select.rarg.is_some();
-    match select.where_clause {
-        Some(node) if !extra => Ok(*node),
-        _ => Err(WhereError::new("malformed query ending with SQL clauses")),
+    if extra {
+        return Err(WhereError::new("malformed query ending with SQL clauses"));
     }
+    Ok(())
 }
 
 /// Re-parses through the C API to get the error message and cursor position, which the Rust
@@ -148,5 +182,23 @@ mod tests {
             "malformed query ending with SQL clauses"
         );
         assert!(parse_where("a = 1").is_ok());
+    }
+
+    #[test]
+    fn order_by_lists_only() {
+        assert_eq!(parse_order_by("a DESC NULLS LAST, b").unwrap().len(), 2);
+        assert_eq!(
+            parse_order_by("a LIMIT 1").unwrap_err().message,
+            "malformed query ending with SQL clauses"
+        );
+        assert_eq!(
+            parse_order_by("a; DROP TABLE x").unwrap_err().message,
+            "unescaped \";\" causing statement split"
+        );
+        assert_eq!(
+            parse_order_by("a b c").unwrap_err().message,
+            "At location 20: syntax error at or near \"b\""
+        );
+        assert!(parse_order_by("").is_err());
     }
 }

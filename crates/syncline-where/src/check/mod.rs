@@ -48,6 +48,25 @@ pub fn check(node: &Node, relation: &RelationDesc, params: &[String]) -> Result<
     Ok(expr)
 }
 
+/// Checks a parsed expression of any type (a sort key); unknown literals become `text`.
+pub fn check_value(
+    node: &Node,
+    relation: &RelationDesc,
+    params: &[String],
+) -> Result<Expr, WhereError> {
+    let checker = Checker {
+        relation,
+        params,
+        depth: std::cell::Cell::new(0),
+    };
+    let expr = checker.typed(Some(node), node_location(node))?;
+    let expr = fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))?;
+    if expr.depth() > EXPR_DEPTH_MAX {
+        return Err(WhereError::new("expression nested too deeply"));
+    }
+    Ok(expr)
+}
+
 struct Checker<'a> {
     relation: &'a RelationDesc,
     params: &'a [String],
