@@ -186,3 +186,60 @@ async fn recorded_snapshot_matches_what_the_rows_include() {
     assert!(!info.pg_snapshot.is_visible(xid32(&later_xid)));
     assert!(info.wal_lsn.0 > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subsets_come_in_postgres_order_with_their_mark() {
+    let (_cluster, client, config) = setup().await;
+    client
+        .batch_execute(
+            "CREATE TABLE items (id int PRIMARY KEY, title text, n int);
+             INSERT INTO items SELECT g, CASE WHEN g % 4 = 0 THEN NULL ELSE 't' || (g % 9) END, g % 5
+             FROM generate_series(1, 300) g;",
+        )
+        .await
+        .unwrap();
+    let relation = load_relation(&client, "public", "items")
+        .await
+        .unwrap()
+        .unwrap();
+    let order = r#""public"."items"."title" DESC NULLS LAST, "n" ASC, "public"."items"."id" DESC"#;
+    let query = SnapshotQuery::new(&relation, None, Some(r#""n" <> 2"#.into()))
+        .unwrap()
+        .ordered(Some(order.into()), Some(40), Some(25));
+    let mut encoder = RowEncoder::for_query(&query).with_snapshot_mark(77);
+    let mut conn = WireConnection::connect(&config, "subset-test", Mode::Query)
+        .await
+        .unwrap();
+    let mut snapshot = Snapshot::begin(&mut conn, &query).await.unwrap();
+    let mut ids = Vec::new();
+    let mut line = Vec::new();
+    while snapshot
+        .next_chunk(&mut |row| {
+            line.clear();
+            encoder.encode(&row, &mut line)?;
+            let json: Json = serde_json::from_slice(&line).expect("valid JSON line");
+            assert_eq!(
+                json["headers"],
+                serde_json::json!({"operation": "insert", "relation": ["public", "items"], "snapshot_mark": 77})
+            );
+            ids.push(json["value"]["id"].as_str().unwrap().to_owned());
+            Ok(())
+        })
+        .await
+        .unwrap()
+    {}
+    let expected: Vec<String> = client
+        .query(
+            &format!(
+                r#"SELECT id::text FROM items WHERE "n" <> 2 ORDER BY {order} LIMIT 40 OFFSET 25"#
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(ids, expected);
+}

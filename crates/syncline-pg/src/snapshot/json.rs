@@ -74,6 +74,14 @@ impl RowEncoder {
         }
     }
 
+    /// Adds `"snapshot_mark":mark` to every line's headers (rows of a subset snapshot).
+    pub fn with_snapshot_mark(mut self, mark: u32) -> Self {
+        let close = self.line_suffix.len() - 2;
+        let header = format!(",\"snapshot_mark\":{mark}");
+        self.line_suffix.splice(close..close, header.bytes());
+        self
+    }
+
     /// An encoder for the rows of `query`.
     pub fn for_query(query: &SnapshotQuery) -> Self {
         Self::new(

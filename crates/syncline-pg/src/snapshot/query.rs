@@ -31,6 +31,12 @@ pub struct SnapshotQuery {
     pub key_columns: Vec<usize>,
     /// WHERE condition rendered by the where-clause checker (never raw user text), if any.
     pub where_sql: Option<String>,
+    /// `ORDER BY` list rendered by the where-clause checker (never raw user text), if any.
+    pub order_by_sql: Option<String>,
+    /// `LIMIT`, if any.
+    pub limit: Option<u64>,
+    /// `OFFSET`, if any.
+    pub offset: Option<u64>,
 }
 
 impl SnapshotQuery {
@@ -87,7 +93,24 @@ impl SnapshotQuery {
             columns,
             key_columns,
             where_sql,
+            order_by_sql: None,
+            limit: None,
+            offset: None,
         })
+    }
+
+    /// The same query with rows sorted by `order_by_sql` (rendered by the where-clause checker)
+    /// and cut by `limit` and `offset`: a subset snapshot.
+    pub fn ordered(
+        mut self,
+        order_by_sql: Option<String>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    ) -> Self {
+        self.order_by_sql = order_by_sql;
+        self.limit = limit;
+        self.offset = offset;
+        self
     }
 
     /// `SELECT …` for the rows (the body of the COPY).
@@ -110,6 +133,15 @@ impl SnapshotQuery {
         );
         if let Some(cond) = &self.where_sql {
             sql.push_str(&format!(" WHERE ({cond})"));
+        }
+        if let Some(order_by) = &self.order_by_sql {
+            sql.push_str(&format!(" ORDER BY {order_by}"));
+        }
+        if let Some(limit) = self.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        if let Some(offset) = self.offset {
+            sql.push_str(&format!(" OFFSET {offset}"));
         }
         sql
     }
