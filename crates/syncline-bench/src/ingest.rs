@@ -8,12 +8,10 @@
 //! Each side runs `ROUNDS` times, interleaved, and the best round of each is compared: the
 //! best is the run least disturbed by other work on a shared machine.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::json;
-use syncline_core::Lsn;
 use syncline_pg::catalog::load_relation;
 use syncline_pg::publication::{add_table, ensure_publication};
 use syncline_pg::replication::{
@@ -25,6 +23,9 @@ use syncline_pg::ConnConfig;
 use syncline_testkit::PgCluster;
 use tokio_postgres::Client;
 
+use crate::bench_items::{
+    self, best, drain_copy, insert_rows_sql, pg_recvlogical, ratio, raw_copy,
+};
 use crate::BenchResult;
 
 /// Rows in the snapshot table.
@@ -36,19 +37,6 @@ const ROUNDS: usize = 5;
 /// JSON bytes buffered before the sink drops them (the benchmark measures producing lines).
 const SINK_BYTES_MAX: usize = 1 << 20;
 const PUBLICATION: &str = "bench_pub";
-
-const CREATE_TABLE: &str = "CREATE TABLE bench_items (id bigint PRIMARY KEY, org_id int, status smallint, qty int,
-    price numeric(12,2), score float8, name text, descr text, created_at timestamptz, updated_at timestamp, flag bool)";
-
-/// `bench_items` rows `first..=last`; `descr` is ~65 characters.
-fn insert_rows_sql(first: i64, last: i64) -> String {
-    format!(
-        "INSERT INTO bench_items SELECT g, (g % 1000)::int, (g % 5)::smallint, ((g * 7) % 10000)::int,
-           ((g % 100000) / 100.0)::numeric(12,2), random(), 'item ' || g, md5(g::text) || md5((g + 1)::text) || ' x',
-           timestamptz '2024-01-01 00:00+00' + g * interval '1 second', timestamp '2024-01-01' + g * interval '1 minute', g % 2 = 0
-         FROM generate_series({first}, {last}) g"
-    )
-}
 
 /// Runs the scenario.
 pub fn run() -> BenchResult {
@@ -65,14 +53,7 @@ async fn run_async() -> BenchResult {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
     let config = ConnConfig::parse(&cluster.connection_string("postgres"))?;
     let client = syncline_pg::connect(&config).await?;
-    client.batch_execute(CREATE_TABLE).await?;
-    eprintln!("generating {SNAPSHOT_ROWS} rows…");
-    client
-        .batch_execute(&insert_rows_sql(1, SNAPSHOT_ROWS))
-        .await?;
-    client
-        .batch_execute("VACUUM (FREEZE, ANALYZE) bench_items")
-        .await?;
+    bench_items::create(&client, SNAPSHOT_ROWS).await?;
     let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
 
     let relation = load_relation(&client, "public", "bench_items")
@@ -119,7 +100,7 @@ async fn run_async() -> BenchResult {
             "txn_rows": TXN_ROWS,
             "rounds": ROUNDS,
             "statistic": "best of rounds, each side",
-            "table": CREATE_TABLE.split_whitespace().collect::<Vec<_>>().join(" "),
+            "table": bench_items::table_parameter(),
             "postgres_version": version,
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             "snapshot_json_bytes": json_bytes,
@@ -145,46 +126,6 @@ async fn run_async() -> BenchResult {
             "raw_copy": raw_runs, "snapshot": snapshot_runs, "tokio_postgres_copy": tokio_postgres_runs, "replication": ours_runs, "pg_recvlogical": recv_runs,
         },
     }))
-}
-
-fn best(runs: &[f64]) -> f64 {
-    runs.iter().copied().fold(f64::INFINITY, f64::min)
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    (a / b * 1000.0).round() / 1000.0
-}
-
-/// The baseline: the same COPY on the same reader, every CopyData received and dropped.
-async fn raw_copy(
-    conn: &mut WireConnection,
-    query: &SnapshotQuery,
-) -> Result<Duration, Box<dyn std::error::Error>> {
-    let start = Instant::now();
-    let mut bytes = 0usize;
-    drain_copy(conn, query, &mut |data| bytes += data.len()).await?;
-    assert!(bytes > 0);
-    Ok(start.elapsed())
-}
-
-/// Runs the query's COPY in a snapshot transaction on `conn`, handing every CopyData to `on_data`.
-async fn drain_copy(
-    conn: &mut WireConnection,
-    query: &SnapshotQuery,
-    on_data: &mut impl FnMut(&[u8]),
-) -> Result<(), Box<dyn std::error::Error>> {
-    conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await?;
-    conn.start_copy_out(&query.copy_sql()).await?;
-    while conn
-        .read_copy_data(&mut |data| {
-            on_data(data);
-            Ok(())
-        })
-        .await?
-    {}
-    conn.simple_query("COMMIT").await?;
-    Ok(())
 }
 
 /// For reference: Syncline's decode and JSON encoding alone, on the COPY stream held in memory
@@ -299,48 +240,9 @@ async fn replication_round(
     assert!(value_bytes > 0);
     drop(stream);
 
-    let theirs_time = pg_recvlogical(cluster, &theirs, end_lsn)?;
+    let theirs_time = pg_recvlogical(cluster, &theirs, PUBLICATION, end_lsn, TXN_ROWS)?;
     drop_slot(config, &ours).await?;
     drop_slot(config, &theirs).await?;
     client.batch_execute("CHECKPOINT").await?;
     Ok((ours_time, theirs_time))
-}
-
-/// Times `pg_recvlogical` receiving everything up to `end_lsn` into a file.
-fn pg_recvlogical(
-    cluster: &PgCluster,
-    slot: &str,
-    end_lsn: Lsn,
-) -> Result<Duration, Box<dyn std::error::Error>> {
-    let out = tempfile::NamedTempFile::new()?;
-    let start = Instant::now();
-    let status = Command::new(cluster.bindir().join("pg_recvlogical"))
-        .args([
-            "-d",
-            &cluster.connection_string("postgres"),
-            "-S",
-            slot,
-            "--start",
-            "--no-loop",
-        ])
-        .args([
-            "--plugin=pgoutput",
-            "-o",
-            "proto_version=1",
-            "-o",
-            &format!("publication_names={PUBLICATION}"),
-        ])
-        .arg(format!("--endpos={end_lsn}"))
-        .arg("-f")
-        .arg(out.path())
-        .status()?;
-    let elapsed = start.elapsed();
-    if !status.success() {
-        return Err(format!("pg_recvlogical failed: {status}").into());
-    }
-    let written = std::fs::metadata(out.path())?.len();
-    if written < TXN_ROWS as u64 * 100 {
-        return Err(format!("pg_recvlogical wrote only {written} bytes").into());
-    }
-    Ok(elapsed)
 }

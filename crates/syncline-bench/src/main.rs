@@ -5,6 +5,8 @@
 //! baselines measured in the same run and the ratios against them. Absolute times drift on
 //! shared machines; the ratios are what to compare across runs.
 
+mod bench_items;
+mod e2e;
 mod ingest;
 mod route;
 mod storage;
@@ -32,6 +34,8 @@ enum Scenario {
     Storage,
     /// Routing a change through the shape router's indexes vs evaluating every shape.
     Route,
+    /// Postgres → the server process → the Node client: initial sync and live changes.
+    E2e,
 }
 
 impl Scenario {
@@ -40,6 +44,7 @@ impl Scenario {
             Scenario::Ingest => "ingest",
             Scenario::Storage => "storage",
             Scenario::Route => "route",
+            Scenario::E2e => "e2e",
         }
     }
 }
@@ -52,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::Ingest => ingest::run()?,
         Scenario::Storage => storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
         Scenario::Route => route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
+        Scenario::E2e => e2e::run()?,
     };
     let command: Vec<String> = std::env::args().collect();
     result["scenario"] = args.scenario.name().into();
