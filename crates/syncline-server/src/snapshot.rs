@@ -34,7 +34,7 @@ enum SnapshotError {
 /// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
 /// waiting requests learn why.
 pub async fn run(state: Arc<AppState>, shape: Arc<Shape>, writer: SharedWriter) {
-    let result = match state.snapshot_permits.acquire().await {
+    let result = match state.snapshot_permit().await {
         Ok(_permit) => take(&state, &shape, &writer).await,
         Err(_) => Err(SnapshotError::Removed),
     };

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use syncline_core::{Lsn, RelationDesc};
 use syncline_pg::{ConnConfig, PgError, PgResult};
 use syncline_storage::{Store, WriterOptions};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::Client;
 
 use crate::config::Config;
@@ -60,8 +60,8 @@ pub struct AppState {
     pub registry: Mutex<Registry>,
     /// Commands to the pipeline.
     pub commands: mpsc::Sender<Command>,
-    /// Bounds concurrent snapshots.
-    pub snapshot_permits: Semaphore,
+    /// Bounds concurrent snapshots and subset queries (each holds a Postgres connection).
+    snapshot_permits: Arc<Semaphore>,
     admin: tokio::sync::Mutex<Option<Client>>,
     create_lock: tokio::sync::Mutex<()>,
     health: AtomicU8,
@@ -83,7 +83,7 @@ impl AppState {
             ..WriterOptions::default()
         };
         AppState {
-            snapshot_permits: Semaphore::new(config.db_pool_size),
+            snapshot_permits: Arc::new(Semaphore::new(config.db_pool_size)),
             config,
             pg,
             store,
@@ -97,6 +97,12 @@ impl AppState {
             last_seen_lsn: AtomicU64::new(0),
             flushed_lsn: AtomicU64::new(0),
         }
+    }
+
+    /// Waits for a free snapshot connection (`ELECTRIC_DB_POOL_SIZE` bounds them); fails
+    /// only when the server is shutting down.
+    pub async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, AcquireError> {
+        self.snapshot_permits.clone().acquire_owned().await
     }
 
     /// The current health.

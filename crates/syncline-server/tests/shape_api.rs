@@ -226,3 +226,98 @@ async fn offset_now_and_health() {
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), r#"{"status":"active"}"#);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subset_snapshots_by_get_and_post() {
+    let f = fixture(
+        "CREATE TABLE items (id int PRIMARY KEY, title text, n int);
+         INSERT INTO items SELECT g, 't' || (g % 7), g % 3 FROM generate_series(1, 100) g;",
+    )
+    .await;
+    let base = "table=items&log=changes_only&where=n%20%3C%3E%202";
+    let (handle, _, rows) = f.sync(base).await;
+    assert!(rows.is_empty(), "changes_only shapes start empty");
+
+    let subset = f
+        .get(&format!(
+            "{base}&offset=-1&subset__where=id%20%3E%20%241&subset__params%5B1%5D=10\
+             &subset__order_by=title%20DESC%2C%20id&subset__limit=15&subset__offset=5"
+        ))
+        .await;
+    assert_eq!(subset.status, 200, "{}", subset.body);
+    assert_eq!(subset.header("electric-snapshot"), Some("true"));
+    assert_eq!(subset.header("electric-handle"), Some(handle.as_str()));
+    assert_eq!(subset.header("cache-control"), Some("no-cache"));
+    assert!(subset.header("electric-schema").is_some());
+    assert!(subset.header("electric-offset").is_some());
+    let metadata = &subset.body["metadata"];
+    for field in ["xmin", "xmax", "database_lsn"] {
+        assert!(
+            metadata[field].as_str().unwrap().parse::<u64>().is_ok(),
+            "{field}: {metadata}"
+        );
+    }
+    let mark = metadata["snapshot_mark"].as_u64().unwrap();
+    let data = subset.body["data"].as_array().unwrap();
+    let ids: Vec<String> = data
+        .iter()
+        .map(|m| m["value"]["id"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = f
+        .db
+        .query(
+            "SELECT id::text FROM items WHERE n <> 2 AND id > 10 ORDER BY title DESC, items.id LIMIT 15 OFFSET 5",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, expected);
+    assert_eq!(
+        data[0]["headers"],
+        json!({"operation":"insert","relation":["public","items"],"snapshot_mark":mark})
+    );
+
+    let url = format!("http://{}/v1/shape?{base}&offset=-1", f.server.addr);
+    let posted = f
+        .http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(r#"{"where":"title = $1","params":{"1":"t3"},"order_by":"id DESC","limit":2}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 200);
+    assert_eq!(posted.headers()["cache-control"], "no-cache");
+    let body: serde_json::Value = serde_json::from_str(&posted.text().await.unwrap()).unwrap();
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["value"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["94", "87"], "n <> 2 AND title = 't3', newest first");
+
+    let bad = f
+        .get(&format!(
+            "{base}&offset=-1&subset__order_by=nope&subset__limit=1"
+        ))
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.body["errors"]["subset"]["order_by"],
+        json!(["At location 0: unknown reference nope"])
+    );
+    let bad = f
+        .get(&format!(
+            "{base}&offset=-1&subset__where=id%20%2F%200%20%3D%201"
+        ))
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(
+        bad.body["errors"]["subset"]["where"],
+        json!(["division by zero"])
+    );
+}

@@ -5,8 +5,10 @@ pub mod caching;
 pub mod param_errors;
 pub mod params;
 mod query;
+mod reply;
 pub mod schema_header;
 mod shape_api;
+mod subset;
 pub mod subset_body;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -19,9 +19,13 @@ use syncline_where::Where;
 use tokio::time::Instant;
 
 use super::body::{log_array, range_bytes, up_to_date};
-use super::caching::{self, CacheConfig, ResponseFacts};
+use super::caching::{self, ResponseFacts};
 use super::param_errors::{self, ParamErrors};
 use super::params::{parse_shape_params, request_secret, ShapeParams};
+use super::reply::{
+    cache_config, conflict, header_value, internal_error, invalid, json, snapshot_failed,
+    unavailable,
+};
 use super::schema_header::electric_schema;
 use super::subset_body::parse_subset_body;
 use super::JSON;
@@ -30,8 +34,6 @@ use crate::state::AppState;
 
 /// Largest POST body accepted.
 const POST_BODY_BYTES_MAX: usize = 1 << 20;
-/// Seconds a client should wait before retrying after a 503.
-const RETRY_AFTER_S: &str = "10";
 
 /// Makes no-change etags unique.
 static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -116,27 +118,22 @@ async fn get(
         );
         return invalid(method, &errors);
     }
-    if params.subset.is_some() {
-        let errors = ParamErrors::single_subset(
-            "where",
-            "subset snapshots are not supported by this server yet",
-        );
-        return invalid(method, &errors);
-    }
     let shape = match resolve(state, method, params).await {
         Ok(shape) => shape,
         Err(response) => return response,
     };
     shape.touch();
-    Serve {
+    let serve = Serve {
         state,
         shape: &shape,
         method,
         params,
         request,
+    };
+    match &params.subset {
+        Some(subset) => serve.subset(subset).await,
+        None => serve.run().await,
     }
-    .run()
-    .await
 }
 
 /// The shape a request names, or the response that ends it (400, 409, 503).
@@ -278,13 +275,14 @@ async fn definition(
     Ok((definition, relation))
 }
 
-/// One request being answered from a shape's log.
-struct Serve<'a> {
-    state: &'a Arc<AppState>,
-    shape: &'a Arc<Shape>,
-    method: &'a Method,
-    params: &'a ShapeParams,
-    request: &'a HeaderMap,
+/// One request being answered from a shape: from its log, live or not (here), over SSE
+/// ([`super::sse`]) or as a subset snapshot ([`super::subset`]).
+pub(super) struct Serve<'a> {
+    pub(super) state: &'a Arc<AppState>,
+    pub(super) shape: &'a Arc<Shape>,
+    pub(super) method: &'a Method,
+    pub(super) params: &'a ShapeParams,
+    pub(super) request: &'a HeaderMap,
 }
 
 /// What a read produced.
@@ -388,7 +386,7 @@ impl Serve<'_> {
         }
     }
 
-    async fn wait_snapshot(&self, deadline: Instant) -> Result<(), Response> {
+    pub(super) async fn wait_snapshot(&self, deadline: Instant) -> Result<(), Response> {
         let mut changes = self.shape.subscribe();
         loop {
             let st = changes.borrow_and_update().clone();
@@ -538,94 +536,6 @@ impl Serve<'_> {
             Err(response) => response,
         }
     }
-}
-
-fn cache_config(state: &AppState) -> CacheConfig {
-    CacheConfig {
-        max_age_s: state.config.cache_max_age,
-        stale_age_s: state.config.cache_stale_age,
-        ..CacheConfig::default()
-    }
-}
-
-/// 409 must-refetch, pointing at `handle`.
-fn conflict(method: &Method, handle: Option<&str>) -> Response {
-    let mut response = json(
-        StatusCode::CONFLICT,
-        r#"[{"headers":{"control":"must-refetch"}}]"#.into(),
-    );
-    let facts = ResponseFacts {
-        method: method.clone(),
-        status: StatusCode::CONFLICT,
-        handle_known: handle.is_some(),
-        offset: None,
-        live: false,
-        live_sse: false,
-        subset: false,
-    };
-    caching::cache_headers(&facts, &CacheConfig::default()).apply(response.headers_mut());
-    if let Some(handle) = handle {
-        response
-            .headers_mut()
-            .insert("electric-handle", header_value(handle));
-    }
-    response
-}
-
-/// 400 with Electric's validation body.
-fn invalid(method: &Method, errors: &ParamErrors) -> Response {
-    let mut response = json(StatusCode::BAD_REQUEST, errors.body());
-    let facts = ResponseFacts {
-        method: method.clone(),
-        status: StatusCode::BAD_REQUEST,
-        handle_known: false,
-        offset: None,
-        live: false,
-        live_sse: false,
-        subset: false,
-    };
-    caching::cache_headers(&facts, &CacheConfig::default()).apply(response.headers_mut());
-    response
-}
-
-fn snapshot_failed(error: &str) -> Response {
-    let mut response = unavailable(&format!(
-        r#"{{"message":{}}}"#,
-        serde_json::Value::from(error)
-    ));
-    response.headers_mut().insert(
-        "electric-internal-known-error",
-        HeaderValue::from_static("true"),
-    );
-    response
-}
-
-fn unavailable(body: &str) -> Response {
-    let mut response = json(StatusCode::SERVICE_UNAVAILABLE, body.to_owned());
-    response
-        .headers_mut()
-        .insert("retry-after", HeaderValue::from_static(RETRY_AFTER_S));
-    response
-}
-
-fn internal_error() -> Response {
-    json(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        r#"{"message":"Internal server error"}"#.into(),
-    )
-}
-
-fn json(status: StatusCode, body: String) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-    response
-}
-
-fn header_value(text: &str) -> HeaderValue {
-    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// DELETE: drops a shape named by its definition or its handle (test suites only).
