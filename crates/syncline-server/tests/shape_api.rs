@@ -321,3 +321,89 @@ async fn subset_snapshots_by_get_and_post() {
         json!(["division by zero"])
     );
 }
+
+/// Reads server-sent events until `done` says the collected `data:` payloads are enough.
+async fn read_events(
+    response: &mut reqwest::Response,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    while !done(&events) {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            if let Some(data) = event.strip_prefix("data: ") {
+                events.push(serde_json::from_str(data.trim_end()).unwrap());
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_batches_until_the_shape_goes() {
+    let f = fixture(ITEMS).await;
+    let (handle, offset, _) = f.sync("table=items").await;
+    let url = format!(
+        "http://{}/v1/shape?table=items&offset={offset}&handle={handle}&live=true&live_sse=true",
+        f.server.addr
+    );
+    let mut sse = f
+        .http
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    assert_eq!(sse.headers()["cache-control"], "public, max-age=59");
+    assert_eq!(sse.headers()["electric-offset"], offset.as_str());
+    assert!(sse.headers().contains_key("electric-cursor"));
+
+    f.db.batch_execute("INSERT INTO items VALUES (5, 'five', true, 5)")
+        .await
+        .unwrap();
+    f.db.batch_execute(
+        "UPDATE items SET title = 'cinq' WHERE id = 5; DELETE FROM items WHERE id = 1",
+    )
+    .await
+    .unwrap();
+    let ups = |e: &[serde_json::Value]| {
+        e.iter()
+            .filter(|m| m["headers"]["control"] == "up-to-date")
+            .count()
+    };
+    let events = read_events(&mut sse, |e| {
+        e.iter().filter(|m| m.get("key").is_some()).count() == 3 && ups(e) >= 1
+    })
+    .await;
+    let ops: Vec<&str> = events
+        .iter()
+        .filter_map(|m| m["headers"]["operation"].as_str())
+        .collect();
+    assert_eq!(ops, ["insert", "update", "delete"]);
+    let last = events.last().unwrap();
+    assert_eq!(last["headers"]["control"], "up-to-date");
+    let update_lsn = events[events.len() - 2]["headers"]["lsn"].as_str().unwrap();
+    assert_eq!(last["headers"]["global_last_seen_lsn"], update_lsn);
+
+    f.db.batch_execute("TRUNCATE items").await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while sse.chunk().await.unwrap().is_some() {}
+    })
+    .await;
+    assert!(closed.is_ok(), "the stream ends when the shape goes");
+    let after = f
+        .get(&format!(
+            "table=items&offset={offset}&handle={handle}&live=true&live_sse=true"
+        ))
+        .await;
+    assert_eq!(after.status, 409);
+}

@@ -8,6 +8,7 @@ mod query;
 mod reply;
 pub mod schema_header;
 mod shape_api;
+mod sse;
 mod subset;
 pub mod subset_body;
 

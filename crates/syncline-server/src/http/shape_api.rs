@@ -111,13 +111,6 @@ async fn get(
     params: &ShapeParams,
     request: &HeaderMap,
 ) -> Response {
-    if params.live_sse {
-        let errors = ParamErrors::single(
-            "live_sse",
-            "is not supported by this server yet; use long polling",
-        );
-        return invalid(method, &errors);
-    }
     let shape = match resolve(state, method, params).await {
         Ok(shape) => shape,
         Err(response) => return response,
@@ -316,6 +309,9 @@ impl Serve<'_> {
                 }
             }
         }
+        if let (true, Some(o)) = (self.params.live_sse, from) {
+            return self.sse(o);
+        }
         match self.answer(from, deadline).await {
             Ok(answer) => self.respond(from, answer),
             Err(response) => response,
@@ -480,18 +476,22 @@ impl Serve<'_> {
             headers.insert("electric-schema", header_value(&schema));
         }
         if self.params.live {
-            let cursor = caching::electric_cursor(
-                SystemTime::now(),
-                self.state.config.long_poll_timeout(),
-                self.params.cursor.as_deref(),
-                || {
-                    rand::thread_rng()
-                        .gen_range(caching::CURSOR_JITTER_MIN_S..=caching::CURSOR_JITTER_MAX_S)
-                },
-            );
-            headers.insert("electric-cursor", header_value(&cursor.to_string()));
+            headers.insert("electric-cursor", header_value(&self.cursor().to_string()));
         }
         headers
+    }
+
+    /// The `electric-cursor` of a live response to this request.
+    pub(super) fn cursor(&self) -> u64 {
+        caching::electric_cursor(
+            SystemTime::now(),
+            self.state.config.long_poll_timeout(),
+            self.params.cursor.as_deref(),
+            || {
+                rand::thread_rng()
+                    .gen_range(caching::CURSOR_JITTER_MIN_S..=caching::CURSOR_JITTER_MAX_S)
+            },
+        )
     }
 
     /// Adds caching headers and the etag, answers 304 when the client has these bytes, and
