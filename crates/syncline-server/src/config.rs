@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::Args;
+use serde::Deserialize;
 
 /// `syncline serve` settings.
 #[derive(Debug, Clone, Args)]
@@ -75,6 +76,16 @@ pub struct Config {
     #[arg(long, env = "ELECTRIC_MAX_SHAPES")]
     pub max_shapes: Option<usize>,
 
+    /// Shape requests in flight before more are turned away with 503 and `retry-after`, as
+    /// JSON: initial requests (`offset=-1`) and all others (waiting live requests count).
+    #[arg(long, env = "ELECTRIC_MAX_CONCURRENT_REQUESTS", default_value_t = ConcurrencyLimits::default())]
+    pub max_concurrent_requests: ConcurrencyLimits,
+
+    /// Serve Prometheus metrics at /metrics on this port only; unset, /metrics is served on the
+    /// main port.
+    #[arg(long, env = "ELECTRIC_PROMETHEUS_PORT")]
+    pub prometheus_port: Option<u16>,
+
     /// Log format: `text` or `json`. Levels come from RUST_LOG (default `info`).
     #[arg(long, env = "SYNCLINE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -119,5 +130,43 @@ impl Config {
             return Err("the replication stream id may hold only a-z, 0-9 and _".into());
         }
         Ok(())
+    }
+}
+
+/// `ELECTRIC_MAX_CONCURRENT_REQUESTS`: `{"initial":300,"existing":10000}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyLimits {
+    /// Initial requests (`offset=-1`) in flight.
+    pub initial: usize,
+    /// Other shape requests in flight (live requests count while they wait).
+    pub existing: usize,
+}
+
+impl Default for ConcurrencyLimits {
+    fn default() -> Self {
+        ConcurrencyLimits {
+            initial: 300,
+            existing: 10_000,
+        }
+    }
+}
+
+impl std::str::FromStr for ConcurrencyLimits {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text)
+            .map_err(|e| format!("expected {{\"initial\":N,\"existing\":N}}: {e}"))
+    }
+}
+
+impl std::fmt::Display for ConcurrencyLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            r#"{{"initial":{},"existing":{}}}"#,
+            self.initial, self.existing
+        )
     }
 }

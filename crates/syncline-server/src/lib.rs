@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod http;
+pub mod metrics;
 pub mod pipeline;
 pub mod shape;
 pub mod snapshot;

@@ -34,8 +34,17 @@ enum SnapshotError {
 /// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
 /// waiting requests learn why.
 pub async fn run(state: Arc<AppState>, shape: Arc<Shape>, writer: SharedWriter) {
-    let result = match state.snapshot_permit().await {
-        Ok(_permit) => take(&state, &shape, &writer).await,
+    let metrics = &state.metrics;
+    metrics.snapshots_waiting.inc();
+    let permit = state.snapshot_permit().await;
+    metrics.snapshots_waiting.dec();
+    let result = match permit {
+        Ok(_permit) => {
+            metrics.snapshots_running.inc();
+            let result = take(&state, &shape, &writer).await;
+            metrics.snapshots_running.dec();
+            result
+        }
         Err(_) => Err(SnapshotError::Removed),
     };
     if let Err(e) = result {
@@ -174,6 +183,7 @@ async fn take(
         })
     })?;
     tracing::info!(handle = %shape.handle, rows, "snapshot written");
+    state.metrics.snapshot_rows.inc_by(rows);
     state
         .commands
         .send(Command::SnapshotDone {

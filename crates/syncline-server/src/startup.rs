@@ -55,6 +55,17 @@ pub async fn start(config: Config) -> Result<Server, String> {
         }
     });
     tracing::info!(%addr, "listening");
+    if let Some(port) = state.config.prometheus_port {
+        let metrics = TcpListener::bind((state.config.listen_address, port))
+            .await
+            .map_err(|e| format!("listening on the metrics port {port}: {e}"))?;
+        let app = crate::http::metrics_router(state.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(metrics, app).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+    }
 
     let publication = state.config.publication_name();
     state

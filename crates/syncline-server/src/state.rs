@@ -11,6 +11,8 @@ use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::Client;
 
 use crate::config::Config;
+use crate::http::admission::Admission;
+use crate::metrics::Metrics;
 use crate::pipeline::Command;
 use crate::shape::{mint_handle, MetaDir, Registry, Shape, ShapeDefinition, ShapeMeta, ShapeState};
 use crate::snapshot;
@@ -60,6 +62,10 @@ pub struct AppState {
     pub registry: Mutex<Registry>,
     /// Commands to the pipeline.
     pub commands: mpsc::Sender<Command>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// In-flight request limits.
+    pub admission: Admission,
     /// Bounds concurrent snapshots and subset queries (each holds a Postgres connection).
     snapshot_permits: Arc<Semaphore>,
     admin: tokio::sync::Mutex<Option<Client>>,
@@ -83,6 +89,8 @@ impl AppState {
             ..WriterOptions::default()
         };
         AppState {
+            metrics: Metrics::default(),
+            admission: Admission::new(config.max_concurrent_requests),
             snapshot_permits: Arc::new(Semaphore::new(config.db_pool_size)),
             config,
             pg,
@@ -239,8 +247,8 @@ impl AppState {
     /// Marks a shape gone and removes its registry entry, metadata and log (the pipeline has
     /// already let go of it, or is the caller).
     pub fn discard_shape(&self, shape: &Arc<Shape>) {
-        shape.update(|s| s.gone = true);
         self.registry().remove(&shape.handle);
+        shape.update(|s| s.gone = true);
         tokio::task::block_in_place(|| {
             if let Err(e) = self.meta.remove(&shape.handle) {
                 tracing::warn!(handle = %shape.handle, error = %e, "could not remove shape metadata");
@@ -274,8 +282,8 @@ impl AppState {
         for shape in victims {
             tracing::info!(handle = %shape.handle, "shape evicted (ELECTRIC_MAX_SHAPES)");
             let state = self.clone();
-            shape.update(|s| s.gone = true);
             state.registry().remove(&shape.handle);
+            shape.update(|s| s.gone = true);
             tokio::spawn(async move { state.delete_shape(&shape).await });
         }
     }

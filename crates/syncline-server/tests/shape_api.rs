@@ -407,3 +407,84 @@ async fn sse_streams_batches_until_the_shape_goes() {
         .await;
     assert_eq!(after.status, 409);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_turns_away_excess_requests_and_metrics_count_them() {
+    let f = common::fixture_with(ITEMS, |c| {
+        c.max_concurrent_requests = syncline_server::config::ConcurrencyLimits {
+            initial: 5,
+            existing: 1,
+        };
+    })
+    .await;
+    let (handle, offset, _) = f.sync("table=items").await;
+    let live = format!("table=items&offset={offset}&handle={handle}&live=true");
+    let (held, refused) = tokio::join!(f.get(&live), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.get(&format!("table=items&offset={offset}&handle={handle}"))
+            .await
+    });
+    assert_eq!(held.status, 200);
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.body["code"], "concurrent_request_limit_exceeded");
+    assert_eq!(
+        refused.body["message"],
+        "Concurrent existing request limit exceeded (limit: 1), please retry"
+    );
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((6..=10).contains(&retry));
+
+    let metrics = f
+        .http
+        .get(format!("http://{}/metrics", f.server.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"syncline_admission_rejected_total{kind="existing"} 1"#,
+        r#"syncline_http_requests_total{method="GET",status="503"} 1"#,
+        "syncline_shapes 1",
+        "syncline_snapshot_rows_total 3",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_pipeline_lets_postgres_release_wal_of_other_tables() {
+    let f = fixture(&format!("{ITEMS} CREATE TABLE other (id int, body text);")).await;
+    f.sync("table=items").await;
+    f.db.batch_execute(
+        "INSERT INTO other SELECT g, repeat('x', 500) FROM generate_series(1, 20000) g",
+    )
+    .await
+    .unwrap();
+    let written: String =
+        f.db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+    let mut confirmed_past = false;
+    for _ in 0..100 {
+        confirmed_past =
+            f.db.query_one(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots \
+                 WHERE slot_name = 'syncline_slot_test'",
+                &[&written],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if confirmed_past {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        confirmed_past,
+        "the slot's confirmed position passes {written}"
+    );
+}

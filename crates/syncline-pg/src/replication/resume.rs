@@ -139,10 +139,11 @@ impl ResumingStream {
         }
     }
 
-    /// Sends a standby status update now, if connected.
-    pub async fn send_status(&mut self) -> PgResult<()> {
+    /// Sends a standby status update now, if connected; with `reply_requested` the server
+    /// answers with a keepalive that reports its decoder's position.
+    pub async fn send_status(&mut self, reply_requested: bool) -> PgResult<()> {
         match self.stream.as_mut() {
-            Some(stream) => stream.send_status(false).await,
+            Some(stream) => stream.send_status(reply_requested).await,
             None => Ok(()),
         }
     }

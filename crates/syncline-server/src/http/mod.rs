@@ -1,5 +1,6 @@
 //! Electric's HTTP shape API: routing, headers every response carries, health.
 
+pub mod admission;
 mod body;
 pub mod caching;
 pub mod param_errors;
@@ -47,9 +48,12 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     let origin = request.headers().get(ORIGIN).cloned();
     let path = normalise_path(request.uri().path());
     let is_shape = path == "/v1/shape";
-    let mut response = match (path.as_str(), request.method()) {
-        ("/v1/shape", _) => shape_api::handle(state, request).await,
+    let method = request.method().clone();
+    let metrics_here = state.config.prometheus_port.is_none();
+    let mut response = match (path.as_str(), &method) {
+        ("/v1/shape", _) => shape_api::handle(state.clone(), request).await,
         ("/v1/health", &Method::GET | &Method::HEAD) => health(&state),
+        ("/metrics", &Method::GET) if metrics_here => metrics(&state),
         ("/", &Method::GET | &Method::HEAD) => StatusCode::OK.into_response(),
         _ => (StatusCode::NOT_FOUND, "Not found").into_response(),
     };
@@ -85,7 +89,31 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             HeaderValue::from_static("max-age=0, private, must-revalidate"),
         );
     }
+    state
+        .metrics
+        .request(method.as_str(), response.status().as_u16());
     response
+}
+
+/// The application serving only `/metrics` (for `ELECTRIC_PROMETHEUS_PORT`).
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(|State(state): State<Arc<AppState>>| async move { metrics(&state) }),
+        )
+        .with_state(state)
+}
+
+/// Prometheus's text format, with the gauges that are read off the state brought up to date.
+fn metrics(state: &AppState) -> Response {
+    let m = &state.metrics;
+    m.shapes.set(state.registry().len() as i64);
+    Response::builder()
+        .header(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+        .header(CACHE_CONTROL, "no-cache")
+        .body(Body::from(m.render()))
+        .expect("valid response")
 }
 
 /// Percent-decodes unreserved characters, collapses repeated slashes and drops a trailing one.

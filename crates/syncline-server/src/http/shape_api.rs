@@ -18,6 +18,7 @@ use syncline_storage::ReadResult;
 use syncline_where::Where;
 use tokio::time::Instant;
 
+use super::admission::{Kind, Ticket};
 use super::body::{log_array, range_bytes, up_to_date};
 use super::caching::{self, ResponseFacts};
 use super::param_errors::{self, ParamErrors};
@@ -111,6 +112,14 @@ async fn get(
     params: &ShapeParams,
     request: &HeaderMap,
 ) -> Response {
+    let kind = match params.offset {
+        RequestOffset::BeforeAll => Kind::Initial,
+        _ => Kind::Existing,
+    };
+    let ticket = match state.admission.enter(kind, &state.metrics) {
+        Ok(ticket) => ticket,
+        Err(rejected) => return rejected.response(),
+    };
     let shape = match resolve(state, method, params).await {
         Ok(shape) => shape,
         Err(response) => return response,
@@ -122,6 +131,7 @@ async fn get(
         method,
         params,
         request,
+        ticket,
     };
     match &params.subset {
         Some(subset) => serve.subset(subset).await,
@@ -276,6 +286,8 @@ pub(super) struct Serve<'a> {
     pub(super) method: &'a Method,
     pub(super) params: &'a ShapeParams,
     pub(super) request: &'a HeaderMap,
+    /// The request's admission place, held until it is answered (or its SSE stream ends).
+    pub(super) ticket: Ticket,
 }
 
 /// What a read produced.
@@ -310,6 +322,9 @@ impl Serve<'_> {
             }
         }
         if let (true, Some(o)) = (self.params.live_sse, from) {
+            if self.shape.state().gone {
+                return self.gone().await;
+            }
             return self.sse(o);
         }
         match self.answer(from, deadline).await {

@@ -36,18 +36,8 @@ type Batch = Result<Bytes, io::Error>;
 
 impl Serve<'_> {
     /// Answers a live SSE request reading after `from`.
-    pub(super) fn sse(&self, from: LogOffset) -> Response {
+    pub(super) fn sse(self, from: LogOffset) -> Response {
         let config = cache_config(self.state);
-        let (batches, body) = mpsc::channel(BATCHES_QUEUED_MAX);
-        if *self.method != Method::HEAD {
-            tokio::spawn(stream(
-                self.state.clone(),
-                self.shape.clone(),
-                from,
-                Instant::now() + config.sse_timeout,
-                batches,
-            ));
-        }
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
@@ -68,7 +58,15 @@ impl Serve<'_> {
             subset: false,
         };
         caching::cache_headers(&facts, &config).apply(&mut headers);
-        let mut body = body;
+        let (batches, mut body) = mpsc::channel(BATCHES_QUEUED_MAX);
+        if *self.method != Method::HEAD {
+            let (state, shape, ticket) = (self.state.clone(), self.shape.clone(), self.ticket);
+            let deadline = Instant::now() + config.sse_timeout;
+            tokio::spawn(async move {
+                stream(state, shape, from, deadline, batches).await;
+                drop(ticket);
+            });
+        }
         let mut response = Response::new(Body::from_stream(futures_util::stream::poll_fn(
             move |cx| body.poll_recv(cx),
         )));

@@ -7,7 +7,7 @@ mod table;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
 use syncline_core::{Lsn, PgSnapshot, RelationDesc, Tuple};
@@ -18,6 +18,7 @@ use syncline_where::router::{Change, ShapeId};
 use syncline_where::Row;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::metrics::lsn_gauge;
 use crate::shape::Shape;
 use crate::state::AppState;
 use encode::{ChangeContext, PendingMessage, ShapeChange};
@@ -26,6 +27,11 @@ use table::{slot_for, PendingTxn, Phase, Slot, Table};
 
 /// Longest time commits wait for a batched flush while more data keeps arriving.
 const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
+/// How often an idle pipeline acknowledges the WAL Postgres has decoded past (so WAL written
+/// only to tables without shapes is not retained) and refreshes its gauges.
+const IDLE_TICK_INTERVAL: Duration = Duration::from_secs(1);
+/// Unix time of the replication protocol's epoch, 2000-01-01, in seconds.
+const PG_EPOCH_UNIX_S: u64 = 946_684_800;
 
 /// What the rest of the server asks of the pipeline.
 pub enum Command {
@@ -114,6 +120,8 @@ impl Pipeline {
     /// Runs until the stream fails for good (a non-transient error) or the command channel
     /// closes.
     pub async fn run(mut self) -> PgResult<()> {
+        let mut tick = tokio::time::interval(IDLE_TICK_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -121,6 +129,13 @@ impl Pipeline {
                     Some(command) => self.command(command),
                     None => return Ok(()),
                 },
+                _ = tick.tick() => {
+                    if self.idle_tick() {
+                        if let Err(e) = self.stream.send_status(true).await {
+                            tracing::debug!(error = %e, "status update failed; the stream reconnects");
+                        }
+                    }
+                }
                 event = self.stream.next() => {
                     self.event(event?);
                     self.drain_ready()?;
@@ -148,6 +163,27 @@ impl Pipeline {
             self.flush();
         }
         Ok(())
+    }
+
+    /// With no transaction open and nothing waiting for a flush, everything Postgres has
+    /// decoded so far is handled: acknowledge the position its last message reported (a
+    /// keepalive carries the decoder's position, past every transaction it has sent). Returns
+    /// whether the pipeline is idle, so the caller asks for a fresh keepalive.
+    fn idle_tick(&mut self) -> bool {
+        let metrics = &self.state.metrics;
+        let server_end = self.stream.server_wal_end();
+        let idle = self.txn.is_none() && self.dirty.is_empty() && self.first_unflushed.is_none();
+        if idle {
+            let idle_end = server_end.max(self.last_end);
+            self.stream.set_flushed(idle_end);
+            self.state.observe_flushed(idle_end);
+            metrics.flushed_lsn.set(lsn_gauge(idle_end.0));
+        }
+        let flushed = self.state.flushed_lsn();
+        metrics
+            .unacknowledged_wal_bytes
+            .set(lsn_gauge(server_end.0.saturating_sub(flushed)));
+        idle
     }
 
     fn command(&mut self, command: Command) {
@@ -311,8 +347,11 @@ impl Pipeline {
             PgOutput::Commit {
                 commit_lsn,
                 end_lsn,
-                ..
-            } => self.commit(commit_lsn, end_lsn),
+                commit_time,
+            } => {
+                self.observe_commit_time(commit_time);
+                self.commit(commit_lsn, end_lsn);
+            }
             PgOutput::Relation(message) => {
                 let oid = message.oid;
                 if let Some(table) = self.tables.get_mut(&oid) {
@@ -350,10 +389,21 @@ impl Pipeline {
         }
     }
 
+    /// Sets the replication lag from a commit's time (microseconds since 2000-01-01).
+    fn observe_commit_time(&self, commit_time_us: i64) {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64)
+            - (PG_EPOCH_UNIX_S as i64) * 1_000_000;
+        let lag_s = (now_us - commit_time_us).max(0) as f64 / 1e6;
+        self.state.metrics.replication_lag_seconds.set(lag_s);
+    }
+
     fn change(&mut self, oid: u32, old: Option<Tuple>, new: Option<Tuple>) {
         let Some(txn) = self.txn.as_mut() else {
             return;
         };
+        self.state.metrics.changes.inc();
         let op = txn.changes * 2;
         txn.changes += 1;
         let ctx = ChangeContext {
@@ -415,6 +465,7 @@ impl Pipeline {
             };
             txn.touched.insert((oid, id));
             for message in slot.encoder.encode(shape_change, ctx) {
+                self.state.metrics.shape_messages.inc();
                 if let Some(previous) = slot.held.replace(message) {
                     if let Err(e) = deliver(slot, previous.finish(false)) {
                         failed.push((id, e));
@@ -453,6 +504,11 @@ impl Pipeline {
         }
         self.last_end = self.last_end.max(end_lsn);
         self.state.observe_lsn(commit_lsn);
+        self.state.metrics.transactions.inc();
+        self.state
+            .metrics
+            .processed_lsn
+            .set(lsn_gauge(commit_lsn.0));
         self.first_unflushed.get_or_insert_with(Instant::now);
     }
 
@@ -462,6 +518,7 @@ impl Pipeline {
         if self.first_unflushed.take().is_none() {
             return;
         }
+        let started = Instant::now();
         let dirty: Vec<(u32, ShapeId)> = self.dirty.drain().collect();
         let mut failed = Vec::new();
         tokio::task::block_in_place(|| {
@@ -484,6 +541,11 @@ impl Pipeline {
         }
         self.stream.set_flushed(self.last_end);
         self.state.observe_flushed(self.last_end);
+        let metrics = &self.state.metrics;
+        metrics.flushed_lsn.set(lsn_gauge(self.last_end.0));
+        metrics
+            .flush_seconds
+            .observe(started.elapsed().as_secs_f64());
     }
 
     /// The stream lost a transaction midway; it will be delivered again from its Begin. Logs

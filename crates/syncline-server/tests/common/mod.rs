@@ -80,6 +80,8 @@ pub async fn fixture_with(setup: &str, configure: impl FnOnce(&mut Config)) -> F
         db_pool_size: 4,
         enable_integration_testing: true,
         max_shapes: None,
+        max_concurrent_requests: Default::default(),
+        prometheus_port: None,
         log_format: "text".into(),
     };
     configure(&mut config);
