@@ -60,11 +60,11 @@ const SINGLE_ROW_TXNS: i64 = 1_000;
 /// Rounds of the raw COPY baseline.
 const RAW_COPY_ROUNDS: usize = 5;
 /// Rounds of the server's initial sync.
-const SERVER_SYNC_ROUNDS: usize = 3;
+const SERVER_SYNC_ROUNDS: usize = 5;
 /// Rounds of the Node client's initial sync (the slowest measurement).
 const CLIENT_SYNC_ROUNDS: usize = 3;
 /// Rounds of the 100,000-row transaction, each with its pg_recvlogical baseline.
-const TXN_ROUNDS: usize = 3;
+const TXN_ROUNDS: usize = 5;
 /// Rounds of 1,000 one-row commits.
 const SINGLE_ROW_ROUNDS: usize = 5;
 /// The pinned client version (also in `client/package.json`).
