@@ -7,6 +7,12 @@
 //!
 //! Each side runs `ROUNDS` times, interleaved, and the best round of each is compared: the
 //! best is the run least disturbed by other work on a shared machine.
+//!
+//! The benchmark's session commits with `synchronous_commit = on` (free: the private cluster
+//! runs with fsync off). A walsender decodes only flushed WAL; with the cluster's
+//! `synchronous_commit = off` the INSERT returned before its commit record was flushed, so the
+//! consumer started first (always Syncline's) waited up to `wal_writer_delay` for the WAL
+//! writer, and pg_recvlogical, started later, did not.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +59,7 @@ async fn run_async() -> BenchResult {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
     let config = ConnConfig::parse(&cluster.connection_string("postgres"))?;
     let client = syncline_pg::connect(&config).await?;
+    client.batch_execute("SET synchronous_commit = on").await?;
     bench_items::create(&client, SNAPSHOT_ROWS).await?;
     let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
 
@@ -104,6 +111,7 @@ async fn run_async() -> BenchResult {
             "postgres_version": version,
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             "snapshot_json_bytes": json_bytes,
+            "synchronous_commit": "on (the INSERT is flushed before either consumer starts)",
         },
         "figures": {
             "snapshot_rows_per_s": snapshot_rows_per_s.round(),
