@@ -9,8 +9,8 @@ use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::PgError;
 use syncline_storage::{Message, Operation, StorageError};
 
-use crate::pipeline::{Command, SharedWriter};
-use crate::shape::{LogMode, Shape, ShapeMeta};
+use crate::pipeline::Command;
+use crate::shape::{LogMode, Shape, ShapeMeta, SharedWriter};
 use crate::state::AppState;
 
 /// JSON bytes buffered before they are appended to the log.
@@ -33,7 +33,7 @@ enum SnapshotError {
 
 /// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
 /// waiting requests learn why.
-pub async fn run(state: Arc<AppState>, shape: Arc<Shape>, writer: SharedWriter) {
+pub async fn run(state: Arc<AppState>, shape: Arc<Shape>) {
     let metrics = &state.metrics;
     metrics.snapshots_waiting.inc();
     let permit = state.snapshot_permit().await;
@@ -41,7 +41,7 @@ pub async fn run(state: Arc<AppState>, shape: Arc<Shape>, writer: SharedWriter) 
     let result = match permit {
         Ok(_permit) => {
             metrics.snapshots_running.inc();
-            let result = take(&state, &shape, &writer).await;
+            let result = take(&state, &shape).await;
             metrics.snapshots_running.dec();
             result
         }
@@ -91,11 +91,8 @@ impl Batch {
     }
 }
 
-async fn take(
-    state: &Arc<AppState>,
-    shape: &Arc<Shape>,
-    writer: &SharedWriter,
-) -> Result<(), SnapshotError> {
+async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
+    let writer = &shape.writer;
     let definition = &shape.definition;
     let mut conn = WireConnection::connect(&state.pg, "syncline-snapshot", Mode::Query).await?;
     conn.simple_query(&syncline_pg::conn::session_settings_sql())
@@ -112,6 +109,7 @@ async fn take(
             handle: shape.handle.clone(),
             definition: definition.clone(),
             snapshot: Some(visibility.to_string()),
+            snapshot_complete: false,
         })
     })?;
     let started = Command::SnapshotStarted {
@@ -170,7 +168,7 @@ async fn take(
     drop(snapshot);
     drop(conn);
     let end = snapshot_end(&visibility);
-    tokio::task::block_in_place(|| {
+    tokio::task::block_in_place(|| -> Result<(), SnapshotError> {
         with_writer(writer, |w| {
             w.append(&[Message {
                 offset: LogOffset::new(0, rows),
@@ -180,7 +178,14 @@ async fn take(
             }])?;
             w.complete_snapshot()?;
             w.flush()
-        })
+        })?;
+        state.meta.save(&ShapeMeta {
+            handle: shape.handle.clone(),
+            definition: definition.clone(),
+            snapshot: Some(visibility.to_string()),
+            snapshot_complete: true,
+        })?;
+        Ok(())
     })?;
     tracing::info!(handle = %shape.handle, rows, "snapshot written");
     state.metrics.snapshot_rows.inc_by(rows);
@@ -204,8 +209,8 @@ fn with_writer<T>(
     writer: &SharedWriter,
     f: impl FnOnce(&mut syncline_storage::Writer) -> syncline_storage::Result<T>,
 ) -> Result<T, SnapshotError> {
-    let mut guard = writer.lock().expect("writer lock");
-    let w = guard.as_mut().ok_or(SnapshotError::Removed)?;
+    let mut guard = writer.lock();
+    let w = guard.opened().ok_or(SnapshotError::Removed)?;
     Ok(f(w)?)
 }
 

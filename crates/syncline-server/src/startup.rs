@@ -1,19 +1,20 @@
 //! Start-up: open storage, connect to Postgres, restore stored shapes, start the replication
 //! pipeline and the HTTP server.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use syncline_core::RelationDesc;
 use syncline_pg::replication::{ensure_slot, ResumingStream, StreamOptions};
 use syncline_pg::ConnConfig;
 use syncline_storage::Store;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::pipeline::{Command, Pipeline};
-use crate::shape::{observe_handle, MetaDir, Shape, ShapeState};
+use crate::pipeline::Pipeline;
+use crate::shape::{observe_handle, MetaDir, Shape, ShapeState, SharedWriter};
 use crate::state::{AppState, Health};
 
 /// Commands queued for the pipeline before senders wait.
@@ -83,82 +84,66 @@ pub async fn start(config: Config) -> Result<Server, String> {
             .await
             .map_err(|e| format!("replication: {e}"))?;
     tracing::info!(resume = %slot.resume_lsn, shapes = restored.len(), "replication started");
-    tokio::spawn(Pipeline::new(state.clone(), stream, receiver).run_or_exit());
-    for (shape, writer, visibility) in restored {
-        let (reply, added) = oneshot::channel();
-        let command = Command::AddShape {
-            shape,
-            writer,
-            visibility,
-            snapshot_done: true,
-            reply,
-        };
-        if state.commands.send(command).await.is_err() || added.await.is_err() {
-            return Err("the replication pipeline stopped during start-up".into());
-        }
+    // Everything up to the slot's confirmed position was processed before the restart.
+    state.observe_lsn(slot.resume_lsn);
+    // Restored shapes join the pipeline before it reads anything: the slot's replay is theirs.
+    let mut pipeline = Pipeline::new(state.clone(), stream, receiver);
+    for (shape, visibility) in restored {
+        pipeline.add_restored(shape, visibility);
     }
+    tokio::spawn(pipeline.run_or_exit());
     state.set_health(Health::Active);
     Ok(Server { state, addr })
 }
 
-type Restored = (
-    Arc<Shape>,
-    crate::pipeline::SharedWriter,
-    Option<syncline_core::PgSnapshot>,
-);
+type Restored = (Arc<Shape>, Option<syncline_core::PgSnapshot>);
 
-/// Reopens every stored shape whose snapshot completed; removes the rest (their clients get
-/// 409 and start again).
+/// Registers every stored shape whose snapshot completed, without opening its log (that
+/// happens when a change or a request first needs it); removes the rest (their clients get
+/// 409 and start again). One catalog lookup per table.
 async fn restore_shapes(state: &Arc<AppState>) -> Result<Vec<Restored>, String> {
     let metas = tokio::task::block_in_place(|| state.meta.load_all())
         .map_err(|e| format!("reading shape metadata: {e}"))?;
+    let mut relations: HashMap<u32, Option<RelationDesc>> = HashMap::new();
     let mut restored = Vec::new();
     let mut kept = HashSet::new();
     for meta in metas {
         observe_handle(&meta.handle);
-        let relation = state
-            .with_admin(async |c| {
-                syncline_pg::catalog::load_relation_by_oid(c, meta.definition.relation_oid).await
-            })
-            .await
-            .map_err(|e| format!("catalog: {e}"))?;
-        let writer = state
-            .store
-            .open_writer(&meta.handle, &state.writer_options)
-            .ok()
-            .filter(|w| w.snapshot_complete());
-        let (Some(relation), Some(writer)) = (relation, writer) else {
+        let oid = meta.definition.relation_oid;
+        if let std::collections::hash_map::Entry::Vacant(entry) = relations.entry(oid) {
+            let relation = state
+                .with_admin(async |c| syncline_pg::catalog::load_relation_by_oid(c, oid).await)
+                .await
+                .map_err(|e| format!("catalog: {e}"))?;
+            entry.insert(relation);
+        }
+        let relation = relations[&oid].clone().filter(|_| meta.snapshot_complete);
+        let Some(relation) = relation else {
             tracing::info!(handle = %meta.handle, "stored shape dropped: incomplete snapshot or table gone");
-            let _ = state.meta.remove(&meta.handle);
-            let _ = state.store.delete_shape(&meta.handle);
+            tokio::task::block_in_place(|| {
+                let _ = state.meta.remove(&meta.handle);
+                let _ = state.store.delete_shape(&meta.handle);
+            });
             continue;
         };
         let shape = Arc::new(Shape::new(
             meta.handle.clone(),
             meta.definition.clone(),
             relation,
+            SharedWriter::closed(&meta.handle),
             ShapeState {
-                durable: writer.durable_offset(),
                 snapshot_done: true,
                 ..ShapeState::default()
             },
         ));
         kept.insert(meta.handle.clone());
         state.registry().insert(shape.clone());
-        restored.push((
-            shape,
-            Arc::new(Mutex::new(Some(writer))),
-            meta.pg_snapshot(),
-        ));
+        restored.push((shape, meta.pg_snapshot()));
     }
-    for orphan in state
-        .store
-        .list_shapes()
-        .map_err(|e| format!("listing shape logs: {e}"))?
-    {
-        if !kept.contains(&orphan) {
-            let _ = state.store.delete_shape(&orphan);
-        }
+    let stored = tokio::task::block_in_place(|| state.store.list_shapes())
+        .map_err(|e| format!("listing shape logs: {e}"))?;
+    for orphan in stored.into_iter().filter(|h| !kept.contains(h)) {
+        let _ = tokio::task::block_in_place(|| state.store.delete_shape(&orphan));
     }
     Ok(restored)
 }

@@ -14,7 +14,9 @@ use crate::config::Config;
 use crate::http::admission::Admission;
 use crate::metrics::Metrics;
 use crate::pipeline::Command;
-use crate::shape::{mint_handle, MetaDir, Registry, Shape, ShapeDefinition, ShapeMeta, ShapeState};
+use crate::shape::{
+    mint_handle, MetaDir, Registry, Shape, ShapeDefinition, ShapeMeta, ShapeState, SharedWriter,
+};
 use crate::snapshot;
 
 /// Where the server is in its start-up.
@@ -202,23 +204,21 @@ impl AppState {
                 handle: handle.clone(),
                 definition: definition.clone(),
                 snapshot: None,
+                snapshot_complete: false,
             })?;
             Ok(self.store.create_shape(&handle, &self.writer_options)?)
         })?;
         let shape = Arc::new(Shape::new(
-            handle,
+            handle.clone(),
             definition,
             relation,
+            SharedWriter::open(&handle, writer),
             ShapeState::default(),
         ));
-        let writer = Arc::new(Mutex::new(Some(writer)));
         self.registry().insert(shape.clone());
         let (reply, added) = oneshot::channel();
         let command = Command::AddShape {
             shape: shape.clone(),
-            writer: writer.clone(),
-            visibility: None,
-            snapshot_done: false,
             reply,
         };
         if self.commands.send(command).await.is_err() || added.await.is_err() {
@@ -226,8 +226,25 @@ impl AppState {
             return Err(CreateError::PipelineDown);
         }
         tracing::info!(handle = %shape.handle, table = %shape.definition.table, "shape created");
-        tokio::spawn(snapshot::run(self.clone(), shape.clone(), writer));
+        tokio::spawn(snapshot::run(self.clone(), shape.clone()));
         Ok(shape)
+    }
+
+    /// Makes sure a shape restored at start knows where its log ends, opening its log the
+    /// first time a request needs that.
+    pub fn load_end(&self, shape: &Shape) -> syncline_storage::Result<()> {
+        let st = shape.state();
+        if st.durable.is_some() || !st.snapshot_done {
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| {
+            let mut writer = shape.writer.lock();
+            let durable = writer
+                .get(&self.store, &self.writer_options)?
+                .durable_offset();
+            shape.update(|s| s.durable = s.durable.max(durable));
+            Ok(())
+        })
     }
 
     /// Removes a shape for good: gone for waiting requests, out of the pipeline, the registry,

@@ -125,6 +125,10 @@ async fn get(
         Err(response) => return response,
     };
     shape.touch();
+    if let Err(e) = state.load_end(&shape) {
+        tracing::warn!(handle = %shape.handle, error = %e, "shape log could not be opened");
+        return internal_error();
+    }
     let serve = Serve {
         state,
         shape: &shape,

@@ -13,7 +13,7 @@ use futures_util::FutureExt;
 use syncline_core::{Lsn, PgSnapshot, RelationDesc, Tuple};
 use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream, StreamEvent};
 use syncline_pg::PgResult;
-use syncline_storage::{Message, Writer};
+use syncline_storage::Message;
 use syncline_where::router::{Change, ShapeId};
 use syncline_where::Row;
 use tokio::sync::{mpsc, oneshot};
@@ -22,7 +22,6 @@ use crate::metrics::lsn_gauge;
 use crate::shape::Shape;
 use crate::state::AppState;
 use encode::{ChangeContext, PendingMessage, ShapeChange};
-pub use table::SharedWriter;
 use table::{slot_for, PendingTxn, Phase, Slot, Table};
 
 /// Longest time commits wait for a batched flush while more data keeps arriving.
@@ -35,18 +34,11 @@ const PG_EPOCH_UNIX_S: u64 = 946_684_800;
 
 /// What the rest of the server asks of the pipeline.
 pub enum Command {
-    /// Start routing changes to a shape. `snapshot_done`: its snapshot is already in the log
-    /// (a shape restored at start); otherwise changes wait in memory until
+    /// Start routing changes to a new shape; they wait in memory until
     /// [`Command::SnapshotDone`].
     AddShape {
         /// The shape.
         shape: Arc<Shape>,
-        /// Its log writer.
-        writer: SharedWriter,
-        /// The snapshot's visibility, when known.
-        visibility: Option<PgSnapshot>,
-        /// The snapshot is complete.
-        snapshot_done: bool,
         /// Answered once changes are routed to the shape.
         reply: oneshot::Sender<()>,
     },
@@ -93,6 +85,10 @@ pub struct Pipeline {
     /// End LSN of the last commit processed; acknowledged once everything before is durable.
     last_end: Lsn,
     first_unflushed: Option<Instant>,
+    /// Shapes whose snapshot is running and that hold replicated transactions in memory, with
+    /// the position processed before the first of them: the acknowledgement stays at or below
+    /// it until their log has them, so a crash meanwhile has Postgres send them again.
+    holds: HashMap<(u32, ShapeId), Lsn>,
 }
 
 impl Pipeline {
@@ -114,6 +110,7 @@ impl Pipeline {
             dirty: HashSet::new(),
             last_end: Lsn::ZERO,
             first_unflushed: None,
+            holds: HashMap::new(),
         }
     }
 
@@ -172,7 +169,10 @@ impl Pipeline {
     fn idle_tick(&mut self) -> bool {
         let metrics = &self.state.metrics;
         let server_end = self.stream.server_wal_end();
-        let idle = self.txn.is_none() && self.dirty.is_empty() && self.first_unflushed.is_none();
+        let idle = self.txn.is_none()
+            && self.dirty.is_empty()
+            && self.first_unflushed.is_none()
+            && self.holds.is_empty();
         if idle {
             let idle_end = server_end.max(self.last_end);
             self.stream.set_flushed(idle_end);
@@ -188,14 +188,8 @@ impl Pipeline {
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::AddShape {
-                shape,
-                writer,
-                visibility,
-                snapshot_done,
-                reply,
-            } => {
-                self.add_shape(shape, writer, visibility, snapshot_done);
+            Command::AddShape { shape, reply } => {
+                self.add_shape(shape, None, false);
                 let _ = reply.send(());
             }
             Command::SnapshotStarted { handle, visibility } => {
@@ -213,6 +207,7 @@ impl Pipeline {
                         }
                     }
                     self.dirty.remove(&(oid, id));
+                    self.holds.remove(&(oid, id));
                     if let Some(txn) = self.txn.as_mut() {
                         txn.touched.remove(&(oid, id));
                     }
@@ -227,10 +222,14 @@ impl Pipeline {
         self.tables.get_mut(&oid)?.slots.get_mut(&id)
     }
 
+    /// Adds a shape restored from disk (its snapshot is in its log), before [`Pipeline::run`].
+    pub fn add_restored(&mut self, shape: Arc<Shape>, visibility: Option<PgSnapshot>) {
+        self.add_shape(shape, visibility, true);
+    }
+
     fn add_shape(
         &mut self,
         shape: Arc<Shape>,
-        writer: SharedWriter,
         visibility: Option<PgSnapshot>,
         snapshot_done: bool,
     ) {
@@ -252,24 +251,20 @@ impl Pipeline {
                 table.describe(message);
             }
         }
-        let skip_through = writer
-            .lock()
-            .expect("writer lock")
-            .as_ref()
-            .and_then(Writer::last_committed)
-            .map_or(0, |o| o.tx);
-        let phase = if snapshot_done {
-            Phase::Live
+        // A new shape's log holds nothing from replication yet; a restored one's resume point
+        // is read when a change first reaches it.
+        let (phase, skip_through) = if snapshot_done {
+            (Phase::Live, None)
         } else {
-            Phase::Snapshotting {
+            let phase = Phase::Snapshotting {
                 done: Vec::new(),
                 open: Vec::new(),
-            }
+            };
+            (phase, Some(0))
         };
         let handle = shape.handle.clone();
         let Some(slot) = slot_for(
             shape.clone(),
-            writer,
             &table.relation,
             phase,
             visibility,
@@ -297,7 +292,6 @@ impl Pipeline {
         for (id, slot) in old.slots {
             let Slot {
                 shape,
-                writer,
                 phase,
                 visibility,
                 skip_through,
@@ -307,7 +301,6 @@ impl Pipeline {
             } = slot;
             match slot_for(
                 shape.clone(),
-                writer,
                 &table.relation,
                 phase,
                 visibility,
@@ -439,7 +432,17 @@ impl Pipeline {
             let Some(slot) = table.slots.get_mut(&id) else {
                 continue;
             };
-            if ctx.lsn <= slot.skip_through
+            let skip_through = match slot.skip_through {
+                Some(lsn) => lsn,
+                None => match resume_point(&self.state, &slot.shape) {
+                    Ok(lsn) => *slot.skip_through.insert(lsn),
+                    Err(e) => {
+                        failed.push((id, e));
+                        continue;
+                    }
+                },
+            };
+            if ctx.lsn <= skip_through
                 || slot
                     .visibility
                     .as_ref()
@@ -464,10 +467,13 @@ impl Pipeline {
                 _ => continue,
             };
             txn.touched.insert((oid, id));
+            if matches!(slot.phase, Phase::Snapshotting { .. }) {
+                self.holds.entry((oid, id)).or_insert(self.last_end);
+            }
             for message in slot.encoder.encode(shape_change, ctx) {
                 self.state.metrics.shape_messages.inc();
                 if let Some(previous) = slot.held.replace(message) {
-                    if let Err(e) = deliver(slot, previous.finish(false)) {
+                    if let Err(e) = deliver(&self.state, slot, previous.finish(false)) {
                         failed.push((id, e));
                     }
                 }
@@ -490,8 +496,8 @@ impl Pipeline {
             let result = slot
                 .held
                 .take()
-                .map_or(Ok(()), |last| deliver(slot, last.finish(true)))
-                .and_then(|()| end_transaction(slot, txn.xid));
+                .map_or(Ok(()), |last| deliver(&self.state, slot, last.finish(true)))
+                .and_then(|()| end_transaction(&self.state, slot, txn.xid));
             match result {
                 Ok(()) => {
                     self.dirty.insert((oid, id));
@@ -526,8 +532,8 @@ impl Pipeline {
                 let Some(slot) = self.tables.get(&oid).and_then(|t| t.slots.get(&id)) else {
                     continue;
                 };
-                let mut guard = slot.writer.lock().expect("writer lock");
-                let Some(writer) = guard.as_mut() else {
+                let mut guard = slot.shape.writer.lock();
+                let Some(writer) = guard.opened() else {
                     continue;
                 };
                 match writer.flush() {
@@ -539,13 +545,20 @@ impl Pipeline {
         for (oid, id, e) in failed {
             self.remove_invalid(oid, id, &format!("storage failed: {e}"));
         }
-        self.stream.set_flushed(self.last_end);
-        self.state.observe_flushed(self.last_end);
+        let ack = self.ack_position();
+        self.stream.set_flushed(ack);
+        self.state.observe_flushed(ack);
         let metrics = &self.state.metrics;
-        metrics.flushed_lsn.set(lsn_gauge(self.last_end.0));
+        metrics.flushed_lsn.set(lsn_gauge(ack.0));
         metrics
             .flush_seconds
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// How far Postgres may be told everything is durable: all processed commits, unless a
+    /// snapshotting shape still holds some in memory.
+    fn ack_position(&self) -> Lsn {
+        self.holds.values().copied().fold(self.last_end, Lsn::min)
     }
 
     /// The stream lost a transaction midway; it will be delivered again from its Begin. Logs
@@ -560,7 +573,6 @@ impl Pipeline {
         );
         self.first_unflushed.get_or_insert_with(Instant::now);
         self.flush();
-        let mut failed = Vec::new();
         for &(oid, id) in &txn.touched {
             let Some(slot) = self.tables.get_mut(&oid).and_then(|t| t.slots.get_mut(&id)) else {
                 continue;
@@ -570,20 +582,8 @@ impl Pipeline {
                 open.clear();
             }
             if std::mem::take(&mut slot.in_txn) {
-                let mut guard = slot.writer.lock().expect("writer lock");
-                drop(guard.take());
-                match self
-                    .state
-                    .store
-                    .open_writer(&slot.shape.handle, &self.state.writer_options)
-                {
-                    Ok(writer) => *guard = Some(writer),
-                    Err(e) => failed.push((oid, id, e)),
-                }
+                slot.shape.writer.lock().close();
             }
-        }
-        for (oid, id, e) in failed {
-            self.remove_invalid(oid, id, &format!("storage failed: {e}"));
         }
     }
 
@@ -600,11 +600,10 @@ impl Pipeline {
         else {
             return;
         };
+        let state = &self.state;
         let result = tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
-            let mut guard = slot.writer.lock().expect("writer lock");
-            let Some(writer) = guard.as_mut() else {
-                return Ok(());
-            };
+            let mut guard = slot.shape.writer.lock();
+            let writer = guard.get(&state.store, &state.writer_options)?;
             let visible = |xid: u32| slot.visibility.as_ref().is_some_and(|v| v.is_visible(xid));
             for txn in done.iter().filter(|t| !visible(t.xid)) {
                 writer.append(&as_messages(&txn.messages))?;
@@ -622,6 +621,7 @@ impl Pipeline {
             });
             Ok(())
         });
+        self.holds.remove(&(oid, id));
         if let Err(e) = result {
             self.remove_invalid(oid, id, &format!("storage failed: {e}"));
         }
@@ -639,6 +639,7 @@ impl Pipeline {
         }
         self.by_handle.remove(&slot.shape.handle);
         self.dirty.remove(&(oid, id));
+        self.holds.remove(&(oid, id));
         self.invalidate(&slot.shape, why);
     }
 
@@ -650,7 +651,11 @@ impl Pipeline {
 }
 
 /// Appends (live) or keeps (snapshot running) one finished message.
-fn deliver(slot: &mut Slot, message: PendingMessage) -> syncline_storage::Result<()> {
+fn deliver(
+    state: &AppState,
+    slot: &mut Slot,
+    message: PendingMessage,
+) -> syncline_storage::Result<()> {
     match &mut slot.phase {
         Phase::Snapshotting { open, .. } => {
             open.push(message);
@@ -658,17 +663,24 @@ fn deliver(slot: &mut Slot, message: PendingMessage) -> syncline_storage::Result
         }
         Phase::Live => {
             slot.in_txn = true;
-            let mut guard = slot.writer.lock().expect("writer lock");
-            match guard.as_mut() {
-                Some(writer) => writer.append(&as_messages(std::slice::from_ref(&message))),
-                None => Ok(()),
-            }
+            let mut guard = slot.shape.writer.lock();
+            let writer = guard.get(&state.store, &state.writer_options)?;
+            writer.append(&as_messages(std::slice::from_ref(&message)))
         }
     }
 }
 
+/// Where a restored shape's log ends: transactions committed up to there are already in it.
+fn resume_point(state: &AppState, shape: &Shape) -> syncline_storage::Result<u64> {
+    tokio::task::block_in_place(|| {
+        let mut guard = shape.writer.lock();
+        let writer = guard.get(&state.store, &state.writer_options)?;
+        Ok(writer.last_committed().map_or(0, |o| o.tx))
+    })
+}
+
 /// Ends the transaction `xid` for a slot: a commit in the log, or a finished pending txn.
-fn end_transaction(slot: &mut Slot, xid: u32) -> syncline_storage::Result<()> {
+fn end_transaction(state: &AppState, slot: &mut Slot, xid: u32) -> syncline_storage::Result<()> {
     match &mut slot.phase {
         Phase::Snapshotting { done, open } => {
             done.push(PendingTxn {
@@ -679,11 +691,8 @@ fn end_transaction(slot: &mut Slot, xid: u32) -> syncline_storage::Result<()> {
         }
         Phase::Live => {
             slot.in_txn = false;
-            let mut guard = slot.writer.lock().expect("writer lock");
-            match guard.as_mut() {
-                Some(writer) => writer.commit(),
-                None => Ok(()),
-            }
+            let mut guard = slot.shape.writer.lock();
+            guard.get(&state.store, &state.writer_options)?.commit()
         }
     }
 }

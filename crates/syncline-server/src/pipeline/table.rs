@@ -2,20 +2,15 @@
 //! tuples map onto the column layout the shapes were checked against.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use syncline_core::{PgSnapshot, RelationDesc, Value};
 use syncline_pg::replication::RelationMessage;
-use syncline_storage::Writer;
 use syncline_where::router::{Router, ShapeId};
 use syncline_where::{RowTypes, Where};
 
 use super::encode::{ChangeEncoder, PendingMessage};
 use crate::shape::Shape;
-
-/// A shape's writer, shared by its snapshot task (while the snapshot runs) and the pipeline
-/// (afterwards); `None` only while it is being reopened.
-pub type SharedWriter = Arc<Mutex<Option<Writer>>>;
 
 /// A transaction's messages for a shape whose snapshot is still running.
 #[derive(Debug)]
@@ -44,8 +39,6 @@ pub enum Phase {
 pub struct Slot {
     /// The shape.
     pub shape: Arc<Shape>,
-    /// Its log writer.
-    pub writer: SharedWriter,
     /// Builds its messages.
     pub encoder: ChangeEncoder,
     /// Its where clause, checked against the table's layout.
@@ -54,8 +47,9 @@ pub struct Slot {
     pub phase: Phase,
     /// The snapshot's visibility: transactions it saw are skipped.
     pub visibility: Option<PgSnapshot>,
-    /// Transactions committed at or before this LSN are already in the log (after a restart).
-    pub skip_through: u64,
+    /// Transactions committed at or before this LSN are already in the log; `None` until the
+    /// log of a shape restored at start is opened, on the first change that reaches it.
+    pub skip_through: Option<u64>,
     /// The latest message of the current transaction, held back until it is known whether it
     /// is the shape's last in the transaction.
     pub held: Option<PendingMessage>,
@@ -167,11 +161,10 @@ impl Table {
 /// Builds a shape's slot against `relation`; `None` if the shape no longer fits it.
 pub fn slot_for(
     shape: Arc<Shape>,
-    writer: SharedWriter,
     relation: &RelationDesc,
     phase: Phase,
     visibility: Option<PgSnapshot>,
-    skip_through: u64,
+    skip_through: Option<u64>,
 ) -> Option<Slot> {
     let definition = &shape.definition;
     let encoder = ChangeEncoder::new(definition, relation)?;
@@ -181,7 +174,6 @@ pub fn slot_for(
     };
     Some(Slot {
         shape,
-        writer,
         encoder,
         filter,
         phase,

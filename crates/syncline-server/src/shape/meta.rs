@@ -20,6 +20,10 @@ pub struct ShapeMeta {
     /// `pg_current_snapshot()` of the initial snapshot in text form, once taken: replicated
     /// transactions it already saw are skipped, also after a restart.
     pub snapshot: Option<String>,
+    /// The initial snapshot is complete and durable in the log: a restart resumes the shape
+    /// (else it drops it, and its clients start again).
+    #[serde(default)]
+    pub snapshot_complete: bool,
 }
 
 impl ShapeMeta {

@@ -5,8 +5,10 @@ mod definition;
 mod handle;
 mod meta;
 mod registry;
+mod writer;
 
 pub use definition::{LogMode, Replica, ShapeDefinition};
 pub use handle::{mint as mint_handle, observe as observe_handle};
 pub use meta::{MetaDir, ShapeMeta};
 pub use registry::{Registry, Shape, ShapeState};
+pub use writer::{ShapeWriter, SharedWriter};

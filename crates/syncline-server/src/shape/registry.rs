@@ -10,6 +10,7 @@ use syncline_storage::{Reader, Store};
 use tokio::sync::watch;
 
 use super::definition::ShapeDefinition;
+use super::writer::SharedWriter;
 
 /// Readers kept per shape for reuse by requests.
 const IDLE_READERS_MAX: usize = 8;
@@ -38,6 +39,8 @@ pub struct Shape {
     pub definition: ShapeDefinition,
     /// The table as it was when the shape was made.
     pub relation: RelationDesc,
+    /// Its log's writer (opened on first use).
+    pub writer: SharedWriter,
     state: watch::Sender<ShapeState>,
     readers: Mutex<Vec<Reader>>,
     last_used_ms: AtomicU64,
@@ -49,12 +52,14 @@ impl Shape {
         handle: String,
         definition: ShapeDefinition,
         relation: RelationDesc,
+        writer: SharedWriter,
         state: ShapeState,
     ) -> Shape {
         Shape {
             handle,
             definition,
             relation,
+            writer,
             state: watch::Sender::new(state),
             readers: Mutex::new(Vec::new()),
             last_used_ms: AtomicU64::new(now_ms()),

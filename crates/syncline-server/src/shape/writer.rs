@@ -1,0 +1,66 @@
+//! A shape's log writer, shared by its snapshot task and the pipeline, and opened on first use:
+//! a shape restored at start costs no file handles and no recovery work until a change reaches
+//! it or a request needs to know where its log ends.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use syncline_storage::{Store, Writer, WriterOptions};
+
+/// The writer of one shape's log, open or not yet.
+#[derive(Debug)]
+pub struct ShapeWriter {
+    handle: String,
+    writer: Option<Writer>,
+}
+
+/// A [`ShapeWriter`] behind a lock (the snapshot task and the pipeline take turns).
+#[derive(Debug, Clone)]
+pub struct SharedWriter(Arc<Mutex<ShapeWriter>>);
+
+impl SharedWriter {
+    /// The writer of a shape just created.
+    pub fn open(handle: &str, writer: Writer) -> SharedWriter {
+        SharedWriter(Arc::new(Mutex::new(ShapeWriter {
+            handle: handle.to_owned(),
+            writer: Some(writer),
+        })))
+    }
+
+    /// The writer of a stored shape, opened (recovering the log) when first used.
+    pub fn closed(handle: &str) -> SharedWriter {
+        SharedWriter(Arc::new(Mutex::new(ShapeWriter {
+            handle: handle.to_owned(),
+            writer: None,
+        })))
+    }
+
+    /// Locks it.
+    pub fn lock(&self) -> MutexGuard<'_, ShapeWriter> {
+        self.0.lock().expect("shape writer lock")
+    }
+}
+
+impl ShapeWriter {
+    /// The writer, opening the log first if it is not open.
+    pub fn get(
+        &mut self,
+        store: &Store,
+        options: &WriterOptions,
+    ) -> syncline_storage::Result<&mut Writer> {
+        if self.writer.is_none() {
+            self.writer = Some(store.open_writer(&self.handle, options)?);
+        }
+        Ok(self.writer.as_mut().expect("opened above"))
+    }
+
+    /// The writer if it is open.
+    pub fn opened(&mut self) -> Option<&mut Writer> {
+        self.writer.as_mut()
+    }
+
+    /// Closes the writer; the next [`ShapeWriter::get`] reopens the log, which recovery cuts
+    /// back to its last commit (how a transaction interrupted midway is undone).
+    pub fn close(&mut self) {
+        self.writer = None;
+    }
+}
