@@ -64,7 +64,8 @@ pub struct Config {
     )]
     pub replication_stream_id: String,
 
-    /// Snapshots that may run at once (each holds one Postgres connection); more wait.
+    /// Postgres connections for snapshots and subset queries: that many run at once, more
+    /// wait their turn.
     #[arg(long, env = "ELECTRIC_DB_POOL_SIZE", default_value_t = 20)]
     pub db_pool_size: usize,
 
@@ -86,7 +87,7 @@ pub struct Config {
     #[arg(long, env = "ELECTRIC_PROMETHEUS_PORT")]
     pub prometheus_port: Option<u16>,
 
-    /// Log format: `text` or `json`. Levels come from RUST_LOG (default `info`).
+    /// Log format: `text` or `json`.
     #[arg(long, env = "SYNCLINE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
 }

@@ -5,8 +5,12 @@ use syncline_server::config::Config;
 use tracing_subscriber::EnvFilter;
 
 /// Syncline: a Postgres sync engine speaking ElectricSQL's HTTP shape protocol.
+///
+/// Clients ask for a shape (a table, a where clause, columns) at /v1/shape; Syncline snapshots
+/// the matching rows, follows logical replication, and serves each shape's log by offset, live.
+/// `@electric-sql/client` works against it unchanged.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -15,15 +19,40 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve shapes over HTTP: snapshot, replicate, and stream changes to clients.
+    #[command(after_help = SERVE_AFTER_HELP)]
     Serve(Config),
 }
+
+/// What `syncline serve --help` ends with.
+const SERVE_AFTER_HELP: &str = "\
+Endpoints:
+  GET|HEAD|POST|DELETE|OPTIONS /v1/shape   Electric's shape API
+  GET /v1/health                           {\"status\":\"active\"|\"waiting\"|\"starting\"}
+  GET /metrics                             Prometheus metrics (or on --prometheus-port)
+
+Logging: RUST_LOG, else ELECTRIC_LOG_LEVEL, sets the level (default info), e.g.
+  RUST_LOG=info,syncline_server=debug
+
+Example:
+  DATABASE_URL=postgres://postgres@localhost/app ELECTRIC_INSECURE=true syncline serve
+  curl 'http://localhost:3000/v1/shape?table=items&offset=-1'";
+
+/// Open files allowed (soft limit) is raised to this, or to the hard limit if lower: every
+/// open shape log and every connection holds descriptors.
+const OPEN_FILES_WANTED: u64 = 1 << 20;
 
 #[tokio::main]
 async fn main() {
     let Cli {
         command: Command::Serve(config),
     } = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let level = std::env::var("RUST_LOG")
+        .or_else(|_| std::env::var("ELECTRIC_LOG_LEVEL"))
+        .unwrap_or_else(|_| "info".into());
+    let filter = EnvFilter::try_new(&level).unwrap_or_else(|e| {
+        eprintln!("syncline: log level {level:?}: {e}; using info");
+        EnvFilter::new("info")
+    });
     if config.log_format == "json" {
         tracing_subscriber::fmt()
             .json()
@@ -32,11 +61,33 @@ async fn main() {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
+    raise_open_files_limit();
     match syncline_server::startup::start(config).await {
         Ok(_server) => std::future::pending::<()>().await,
         Err(e) => {
             eprintln!("syncline: {e}");
             std::process::exit(1);
+        }
+    }
+}
+
+/// Raises the soft limit on open files towards the hard limit ([`OPEN_FILES_WANTED`]).
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        let wanted = limit.rlim_max.min(OPEN_FILES_WANTED);
+        if limit.rlim_cur < wanted {
+            limit.rlim_cur = wanted;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!("could not raise the open files limit");
+            }
         }
     }
 }
