@@ -13,6 +13,7 @@ import { createInterface } from 'node:readline'
 import { after, test as nodeTest } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { inspect, isDeepStrictEqual } from 'node:util'
 
 import { Shape, ShapeStream } from '@electric-sql/client'
 import pg from 'pg'
@@ -242,6 +243,11 @@ class Stack {
     return (await this.pool.query(text, params)).rows
   }
 
+  /** Waits until the shape's rows equal the rows of `query` (see assertSameRows). */
+  async untilRows(shape, query, params, timeoutMs) {
+    await eventually(async () => assertSameRows(shape.currentRows, await this.rows(query, params)), timeoutMs)
+  }
+
   /**
    * A ShapeStream on this server: HTTP recorded, errors recorded (the stream then stops), quick
    * backoff, aborted when the stack closes. `options.params` holds the shape definition.
@@ -372,9 +378,29 @@ export async function upToDate(stream, timeoutMs = EVENTUALLY_TIMEOUT_MS) {
   }, timeoutMs)
 }
 
-/** Rows sorted by `id`. */
-export function byId(rows) {
-  return [...rows].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+/**
+ * Asserts that `actual` (client rows) and `expected` (Postgres rows) hold the same rows by `id`,
+ * in any order. The message names the missing, extra and differing rows; unlike a deep-equal
+ * diff of two long arrays it stays short and cheap.
+ */
+export function assertSameRows(actual, expected, label = 'rows') {
+  const byKey = (rows) => new Map(rows.map((r) => [String(r.id), r]))
+  const [a, e] = [byKey(actual), byKey(expected)]
+  const missing = [...e.keys()].filter((k) => !a.has(k))
+  const extra = [...a.keys()].filter((k) => !e.has(k))
+  const differing = [...e.keys()].filter((k) => a.has(k) && !isDeepStrictEqual(a.get(k), e.get(k)))
+  const repeated = actual.length - a.size
+  if (missing.length + extra.length + differing.length + repeated === 0) return
+  const some = (keys) => keys.slice(0, 10).join(', ') + (keys.length > 10 ? ', …' : '')
+  const lines = [`${label}: the client's ${actual.length} rows differ from Postgres's ${expected.length}`]
+  if (missing.length) lines.push(`  ${missing.length} missing: ids ${some(missing)}`)
+  if (extra.length) lines.push(`  ${extra.length} extra: ids ${some(extra)}`)
+  if (repeated) lines.push(`  ${repeated} ids more than once`)
+  for (const k of differing.slice(0, 3)) {
+    lines.push(`  id ${k}: client ${inspect(a.get(k))}\n    postgres ${inspect(e.get(k))}`)
+  }
+  if (differing.length > 3) lines.push(`  … ${differing.length} differing rows in all`)
+  throw new assert.AssertionError({ message: lines.join('\n') })
 }
 
 /**

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict'
 
-import { byId, eventually, rowsOf, startStack, test, trackMessages, upToDate } from './harness.js'
+import { assertSameRows, eventually, rowsOf, startStack, test, trackMessages, upToDate } from './harness.js'
 
 const stack = await startStack(`
   CREATE TABLE items (id int PRIMARY KEY, title text, n int);
@@ -20,30 +20,23 @@ const stack = await startStack(`
   INSERT INTO later VALUES (1, 'before'), (2, 'before');
 `)
 
-/** Waits until the shape's rows equal `query`'s rows. */
-function sameAs(shape, query, params) {
-  return eventually(async () => {
-    assert.deepEqual(byId(shape.currentRows), await stack.rows(query, params))
-  })
-}
-
 test('initial sync: the rows equal SELECT', async () => {
   const shape = stack.shape({ params: { table: 'items' } })
   const rows = await rowsOf(shape)
   assert.equal(rows.length, 300)
-  assert.deepEqual(byId(rows), await stack.rows('SELECT * FROM items ORDER BY id'))
+  assertSameRows(rows, await stack.rows('SELECT * FROM items'))
 })
 
 test('live inserts, updates and deletes reach the client', async () => {
   const shape = stack.shape({ params: { table: 'live_items' } })
   await rowsOf(shape)
-  const all = 'SELECT * FROM live_items ORDER BY id'
+  const all = 'SELECT * FROM live_items'
   await stack.sql(`INSERT INTO live_items VALUES (4, 'd', 4), (5, 'e', 5), (6, 'f', NULL)`)
-  await sameAs(shape, all)
+  await stack.untilRows(shape, all)
   await stack.sql(`UPDATE live_items SET title = 'a2' WHERE id = 1; UPDATE live_items SET n = NULL WHERE id = 2`)
-  await sameAs(shape, all)
+  await stack.untilRows(shape, all)
   await stack.sql(`DELETE FROM live_items WHERE id = 2`)
-  await sameAs(shape, all)
+  await stack.untilRows(shape, all)
   await stack.sql(`BEGIN;
     INSERT INTO live_items VALUES (10, 'short-lived', 10);
     UPDATE live_items SET title = 'gone soon' WHERE id = 10;
@@ -51,9 +44,9 @@ test('live inserts, updates and deletes reach the client', async () => {
     UPDATE live_items SET n = 42, title = 'c2' WHERE id = 3;
     INSERT INTO live_items SELECT g, 'bulk', g FROM generate_series(20, 60) g;
     COMMIT`)
-  await sameAs(shape, all)
+  await stack.untilRows(shape, all)
   await stack.sql(`UPDATE live_items SET id = 100 WHERE id = 4`)
-  await sameAs(shape, all)
+  await stack.untilRows(shape, all)
 })
 
 test('where with params, in the record and the array form', async () => {
@@ -61,10 +54,10 @@ test('where with params, in the record and the array form', async () => {
   const array = stack.shape({
     params: { table: 'filtered', where: 'id > $1 AND title <> $2', params: ['2', 't7'] },
   })
-  const recordQuery = 'SELECT * FROM filtered WHERE id > 5 ORDER BY id'
-  const arrayQuery = `SELECT * FROM filtered WHERE id > 2 AND title <> 't7' ORDER BY id`
-  assert.deepEqual(byId(await rowsOf(record)), await stack.rows(recordQuery))
-  assert.deepEqual(byId(await rowsOf(array)), await stack.rows(arrayQuery))
+  const recordQuery = 'SELECT * FROM filtered WHERE id > 5'
+  const arrayQuery = `SELECT * FROM filtered WHERE id > 2 AND title <> 't7'`
+  assertSameRows(await rowsOf(record), await stack.rows(recordQuery))
+  assertSameRows(await rowsOf(array), await stack.rows(arrayQuery))
   await stack.sql(`BEGIN;
     INSERT INTO filtered VALUES (11, 't11'), (0, 't0');
     UPDATE filtered SET id = 20 WHERE id = 1;
@@ -72,18 +65,18 @@ test('where with params, in the record and the array form', async () => {
     UPDATE filtered SET title = 't7' WHERE id = 8;
     UPDATE filtered SET title = 'seven' WHERE id = 7;
     COMMIT`)
-  await sameAs(record, recordQuery)
-  await sameAs(array, arrayQuery)
+  await stack.untilRows(record, recordQuery)
+  await stack.untilRows(array, arrayQuery)
 })
 
 test('columns: only the selected columns arrive, and the primary key is required', async () => {
   const shape = stack.shape({ params: { table: 'secrets', columns: ['id', 'title'] } })
-  const query = 'SELECT id, title FROM secrets ORDER BY id'
-  assert.deepEqual(byId(await rowsOf(shape)), await stack.rows(query))
+  const query = 'SELECT id, title FROM secrets'
+  assertSameRows(await rowsOf(shape), await stack.rows(query))
   await stack.sql(`INSERT INTO secrets VALUES (3, 'three', 's3')`)
-  await sameAs(shape, query)
+  await stack.untilRows(shape, query)
   await stack.sql(`UPDATE secrets SET secret = 'changed' WHERE id = 1; UPDATE secrets SET title = 'uno' WHERE id = 1`)
-  await sameAs(shape, query)
+  await stack.untilRows(shape, query)
   for (const row of shape.currentRows) assert.deepEqual(Object.keys(row).sort(), ['id', 'title'])
 
   const withoutKey = stack.stream({ params: { table: 'secrets', columns: ['title'] }, onError: () => {} })

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 
 import pg from 'pg'
 
-import { byId, eventually, rawFollow, rowsOf, startStack, test } from './harness.js'
+import { assertSameRows, eventually, rawFollow, rowsOf, startStack, test } from './harness.js'
 
 /** [column, SQL type, the type the electric-schema header must name, array dims]. */
 const COLUMNS = [
@@ -215,14 +215,14 @@ test('every column type round-trips, in the snapshot and live', async () => {
   await insertRows(1)
   const shape = stack.shape({ params: { table: 'typed' } })
   const snapshotTexts = await texts()
-  assert.deepEqual(byId(await rowsOf(shape)), expectedRows(snapshotTexts))
+  assertSameRows(await rowsOf(shape), expectedRows(snapshotTexts))
   const raw = await rawFollow(stack.shapeUrl, 'table=typed')
   assertWire(raw.messages, snapshotTexts, false)
 
   await insertRows(101)
   const allTexts = await texts()
   const liveTexts = allTexts.filter((r) => r.id > 100)
-  await eventually(() => assert.deepEqual(byId(shape.currentRows), expectedRows(allTexts)))
+  await eventually(() => assertSameRows(shape.currentRows, expectedRows(allTexts)))
   const live = await rawFollow(stack.shapeUrl, 'table=typed', {
     handle: raw.handle,
     offset: raw.offset,
@@ -236,5 +236,5 @@ test('every column type round-trips, in the snapshot and live', async () => {
   await stack.sql(`UPDATE typed SET ${assignments} FROM typed src WHERE typed.id = 1 AND src.id = 2`)
   await stack.sql(`UPDATE typed SET ${assignments} FROM typed src WHERE typed.id = 2 AND src.id = 4`)
   const updated = await texts()
-  await eventually(() => assert.deepEqual(byId(shape.currentRows), expectedRows(updated)))
+  await eventually(() => assertSameRows(shape.currentRows, expectedRows(updated)))
 })
