@@ -1,7 +1,8 @@
-//! Descriptions of Postgres relations, columns and types, as read from the catalog.
+//! Descriptions of Postgres relations, columns and types, as read from the catalog (and kept
+//! with each shape, serialized, to tell whether the table changed under it).
 
 /// How a table identifies old rows in UPDATE and DELETE (its `REPLICA IDENTITY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReplicaIdentity {
     /// Primary key columns only (`d`).
     Default,
@@ -27,7 +28,7 @@ impl ReplicaIdentity {
 }
 
 /// What kind of type a column has, with what is needed to decode and describe it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TypeKind {
     /// A built-in or extension base type, identified by its OID.
     Base,
@@ -42,7 +43,7 @@ pub enum TypeKind {
 }
 
 /// A Postgres type: OID, `typname` and kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PgType {
     /// `pg_type.oid`.
     pub oid: u32,
@@ -63,7 +64,7 @@ impl PgType {
 }
 
 /// One column of a relation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColumnDesc {
     /// Column name, unquoted.
     pub name: String,
@@ -78,7 +79,7 @@ pub struct ColumnDesc {
 }
 
 /// A table as Syncline sees it: identity, columns in attribute order, replica identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RelationDesc {
     /// `pg_class.oid`.
     pub oid: u32,

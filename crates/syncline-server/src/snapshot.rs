@@ -108,6 +108,7 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
         state.meta.save(&ShapeMeta {
             handle: shape.handle.clone(),
             definition: definition.clone(),
+            relation: Some(shape.relation.clone()),
             snapshot: Some(visibility.to_string()),
             snapshot_complete: false,
         })
@@ -182,6 +183,7 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
         state.meta.save(&ShapeMeta {
             handle: shape.handle.clone(),
             definition: definition.clone(),
+            relation: Some(shape.relation.clone()),
             snapshot: Some(visibility.to_string()),
             snapshot_complete: true,
         })?;

@@ -117,9 +117,15 @@ async fn restore_shapes(state: &Arc<AppState>) -> Result<Vec<Restored>, String> 
                 .map_err(|e| format!("catalog: {e}"))?;
             entry.insert(relation);
         }
-        let relation = relations[&oid].clone().filter(|_| meta.snapshot_complete);
+        let relation = match (&relations[&oid], &meta.relation) {
+            (Some(now), Some(made_on)) if meta.snapshot_complete => {
+                meta.definition.fits(made_on, now).then(|| made_on.clone())
+            }
+            (Some(now), None) if meta.snapshot_complete => Some(now.clone()),
+            _ => None,
+        };
         let Some(relation) = relation else {
-            tracing::info!(handle = %meta.handle, "stored shape dropped: incomplete snapshot or table gone");
+            tracing::info!(handle = %meta.handle, "stored shape dropped: incomplete snapshot, or its table changed or is gone");
             tokio::task::block_in_place(|| {
                 let _ = state.meta.remove(&meta.handle);
                 let _ = state.store.delete_shape(&meta.handle);

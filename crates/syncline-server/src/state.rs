@@ -203,6 +203,7 @@ impl AppState {
             self.meta.save(&ShapeMeta {
                 handle: handle.clone(),
                 definition: definition.clone(),
+                relation: Some(relation.clone()),
                 snapshot: None,
                 snapshot_complete: false,
             })?;

@@ -313,3 +313,66 @@ async fn shapes_resume_from_disk_after_sigkill() {
     );
     std::fs::remove_dir_all(&logs).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_whose_columns_changed_while_down_are_dropped() {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute(
+        "CREATE TABLE items (id int PRIMARY KEY, title text NOT NULL, n int);
+         INSERT INTO items SELECT g, 'row ' || g, g FROM generate_series(1, 10) g;",
+    )
+    .await
+    .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let url = cluster.connection_string("postgres");
+    let http = reqwest::Client::new();
+    let port = free_port();
+    let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
+    server.wait_active(&http).await;
+    let mut followers = Vec::new();
+    for query in [
+        "table=items&columns=id,title",
+        "table=items&columns=id,title&where=n%20%3E%203",
+        "table=items",
+    ] {
+        let mut f = Follower {
+            query: query.to_owned(),
+            handle: String::new(),
+            offset: "-1".to_owned(),
+            rows: BTreeMap::new(),
+        };
+        let first = http
+            .get(server.url(&format!("{query}&offset=-1")))
+            .send()
+            .await
+            .unwrap();
+        f.handle = first.headers()["electric-handle"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        f.offset = first.headers()["electric-offset"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        f.catch_up(&server, &http).await.unwrap();
+        followers.push(f);
+    }
+    server.kill();
+    db.batch_execute("ALTER TABLE items ALTER COLUMN n TYPE bigint")
+        .await
+        .unwrap();
+    let server = Syncline::start(&url, storage.path(), port, &logs.path().join("second.log"));
+    server.wait_active(&http).await;
+    let mut statuses = Vec::new();
+    for f in &mut followers {
+        statuses.push(f.catch_up(&server, &http).await.err().unwrap_or(200));
+    }
+    assert_eq!(
+        statuses,
+        [200, 409, 409],
+        "only the shape that does not read n survives; logs in {}",
+        logs.keep().display()
+    );
+}

@@ -488,3 +488,64 @@ async fn idle_pipeline_lets_postgres_release_wal_of_other_tables() {
         "the slot's confirmed position passes {written}"
     );
 }
+
+/// Follows a shape live until a response other than an empty 200 arrives; returns its status.
+async fn next_live_status(f: &common::Fixture, query: &str, handle: &str, offset: &str) -> u16 {
+    let mut offset = offset.to_owned();
+    for _ in 0..20 {
+        let r = f
+            .get(&format!(
+                "{query}&offset={offset}&handle={handle}&live=true"
+            ))
+            .await;
+        if r.status != 200 || !r.changes().is_empty() {
+            return r.status;
+        }
+        offset = r.header("electric-offset").unwrap().to_owned();
+    }
+    panic!("no change reached {query}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_changes_invalidate_only_the_shapes_they_touch() {
+    let f = fixture(ITEMS).await;
+    let named = "table=items&columns=id,title";
+    let whole = "table=items";
+    let by_n = "table=items&columns=id,title&where=n%20%3E%200";
+    let mut shapes = Vec::new();
+    for query in [named, whole, by_n] {
+        let (handle, offset, _) = f.sync(query).await;
+        shapes.push((query, handle, offset));
+    }
+    f.db.batch_execute(
+        "ALTER TABLE items ADD COLUMN extra int; INSERT INTO items VALUES (10, 'ten', true, 10, 1)",
+    )
+    .await
+    .unwrap();
+    let mut statuses = Vec::new();
+    for (query, handle, offset) in &shapes {
+        statuses.push(next_live_status(&f, query, handle, offset).await);
+    }
+    assert_eq!(
+        statuses,
+        [200, 409, 200],
+        "a new column only changes the whole-table shape"
+    );
+
+    let (named_handle, named_offset, _) = f.sync(named).await;
+    let (by_n_handle, by_n_offset, _) = f.sync(by_n).await;
+    f.db.batch_execute(
+        "ALTER TABLE items ALTER COLUMN n TYPE bigint; INSERT INTO items VALUES (11, 'eleven', true, 11, 1)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_live_status(&f, named, &named_handle, &named_offset).await,
+        200
+    );
+    assert_eq!(
+        next_live_status(&f, by_n, &by_n_handle, &by_n_offset).await,
+        409,
+        "retyping a where-clause column invalidates the shape"
+    );
+}

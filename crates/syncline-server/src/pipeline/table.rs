@@ -112,8 +112,10 @@ impl Table {
         self.slots.remove(&id)
     }
 
-    /// The stream described the table anew: recomputes the layout and returns the shapes whose
-    /// columns were dropped, renamed or retyped, or all of them when the table was renamed.
+    /// The stream described the table anew: recomputes the layout and returns the shapes it
+    /// breaks: all of them when the table was renamed; those whose selected, key or where
+    /// columns were dropped, renamed or retyped; and those selecting the whole table (no
+    /// `columns`) when any column was added, dropped or changed.
     pub fn describe(&mut self, message: &RelationMessage) -> Vec<ShapeId> {
         let renamed = message.schema != self.relation.schema || message.name != self.relation.name;
         let layout: Vec<Option<usize>> = self
@@ -126,11 +128,19 @@ impl Table {
                 })
             })
             .collect();
+        let whole_table_changed = |made_on: &RelationDesc| {
+            made_on.columns.len() != message.columns.len()
+                || made_on.columns.iter().zip(&message.columns).any(|(c, m)| {
+                    (&c.name, c.pg_type.oid, c.type_mod) != (&m.name, m.type_oid, m.type_mod)
+                })
+        };
         let broken = self
             .slots
             .iter()
             .filter(|(_, slot)| {
                 renamed
+                    || (!slot.shape.definition.explicit_columns
+                        && whole_table_changed(&slot.shape.relation))
                     || needed_columns(slot, &self.relation).iter().any(|name| {
                         self.relation
                             .column(name)

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use syncline_core::RelationDesc;
+use syncline_where::Where;
 
 /// `replica`: what updates and deletes carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -71,6 +72,37 @@ impl ShapeDefinition {
             self.log,
         ])
         .to_string()
+    }
+
+    /// Whether the shape, made on `made_on`, still fits the table as it is `now`: same name,
+    /// same primary key, and its selected and where-clause columns unchanged in name, type and
+    /// modifier. Other columns may come and go.
+    pub fn fits(&self, made_on: &RelationDesc, now: &RelationDesc) -> bool {
+        let key = |r: &RelationDesc| -> Vec<String> {
+            r.primary_key().iter().map(|c| c.name.clone()).collect()
+        };
+        if (&made_on.schema, &made_on.name) != (&now.schema, &now.name) || key(made_on) != key(now)
+        {
+            return false;
+        }
+        let where_columns = match &self.where_text {
+            None => Vec::new(),
+            Some(text) => match Where::new(text, made_on, &self.params) {
+                Ok(w) => w.columns(),
+                Err(_) => return false,
+            },
+        };
+        let same = |name: &str| match (made_on.column(name), now.column(name)) {
+            (Some((_, a)), Some((_, b))) => {
+                (a.pg_type.oid, &a.pg_type.name, a.type_mod)
+                    == (b.pg_type.oid, &b.pg_type.name, b.type_mod)
+            }
+            _ => false,
+        };
+        self.columns.iter().all(|c| same(c))
+            && where_columns
+                .iter()
+                .all(|&i| same(&made_on.columns[i].name))
     }
 
     /// Positions in `relation.columns` of the selected columns, `None` if one is missing.

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use syncline_core::PgSnapshot;
+use syncline_core::{PgSnapshot, RelationDesc};
 
 use super::definition::ShapeDefinition;
 
@@ -17,6 +17,10 @@ pub struct ShapeMeta {
     pub handle: String,
     /// The definition.
     pub definition: ShapeDefinition,
+    /// The table as it was when the shape was made: a restart drops the shape if its own
+    /// columns changed meanwhile.
+    #[serde(default)]
+    pub relation: Option<RelationDesc>,
     /// `pg_current_snapshot()` of the initial snapshot in text form, once taken: replicated
     /// transactions it already saw are skipped, also after a restart.
     pub snapshot: Option<String>,
