@@ -549,3 +549,26 @@ async fn schema_changes_invalidate_only_the_shapes_they_touch() {
         "retyping a where-clause column invalidates the shape"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_shapes_evicts_the_least_recently_used() {
+    let f = common::fixture_with(ITEMS, |c| c.max_shapes = Some(2)).await;
+    let a = "table=items&where=id%20%3D%201";
+    let b = "table=items&where=id%20%3D%202";
+    let (a_handle, a_offset, _) = f.sync(a).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (b_handle, b_offset, _) = f.sync(b).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    f.get(&format!("{a}&offset={a_offset}&handle={a_handle}"))
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    f.sync("table=items&where=id%20%3D%203").await;
+    let a_again = f
+        .get(&format!("{a}&offset={a_offset}&handle={a_handle}"))
+        .await;
+    assert_eq!(a_again.status, 200, "a was used after b");
+    let b_again = f
+        .get(&format!("{b}&offset={b_offset}&handle={b_handle}"))
+        .await;
+    assert_eq!(b_again.status, 409, "b was used least recently");
+}
