@@ -572,3 +572,40 @@ async fn max_shapes_evicts_the_least_recently_used() {
         .await;
     assert_eq!(b_again.status, 409, "b was used least recently");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queryable_columns_limit_selection_and_subsets() {
+    let f = fixture(ITEMS).await;
+    let base = "table=items&queryable_columns=id,title";
+    let (_, _, rows) = f.sync(base).await;
+    assert_eq!(rows[0]["value"], json!({"id":"1","title":"one"}));
+
+    let r = f.get(&format!("{base}&columns=id,n&offset=-1")).await;
+    assert_eq!(
+        r.body["errors"]["columns"],
+        json!(["The following columns are not queryable: n"])
+    );
+    let r = f.get("table=items&queryable_columns=title&offset=-1").await;
+    assert_eq!(
+        r.body["errors"]["queryable_columns"],
+        json!(["The list of columns must include all primary key columns, missing: id"])
+    );
+    let r = f
+        .get(&format!("{base}&offset=-1&subset__where=n%20%3E%201"))
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["errors"]["subset"]["where"],
+        json!(["At location 0: unknown reference n"])
+    );
+    let r = f
+        .get(&format!(
+            "{base}&offset=-1&subset__where=title%20%3C%3E%20%27one%27&subset__order_by=id%20DESC&subset__limit=1"
+        ))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body["data"][0]["value"],
+        json!({"id":"3","title":"three"})
+    );
+}

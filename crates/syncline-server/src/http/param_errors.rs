@@ -115,6 +115,14 @@ pub fn columns_not_found(unknown: &[&str]) -> String {
     )
 }
 
+/// `columns` text when selected columns are not among `queryable_columns`.
+pub fn columns_not_queryable(hidden: &[&str]) -> String {
+    format!(
+        "The following columns are not queryable: {}",
+        hidden.join(", ")
+    )
+}
+
 /// `where` (or `subset.where`) text when `$n` has no value in `params`.
 pub fn parameter_not_provided(n: usize) -> String {
     format!("parameter ${n} was not provided")

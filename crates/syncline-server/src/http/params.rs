@@ -49,8 +49,11 @@ pub struct ShapeParams {
     pub where_clause: Option<String>,
     /// Values of `$1`, `$2`, … (index 0 is `$1`), from `params[n]=v`.
     pub where_params: Vec<String>,
-    /// Selected columns in request order, unquoted; `None` selects all.
+    /// Selected columns in request order, unquoted; `None` selects all (or the queryable ones).
     pub columns: Option<Vec<String>>,
+    /// `queryable_columns`: the columns subset where clauses, subset ordering and `columns`
+    /// may use, and the default selection.
+    pub queryable_columns: Option<Vec<String>>,
     /// `replica`.
     pub replica: Replica,
     /// `log`.
@@ -105,6 +108,12 @@ pub fn parse_shape_params(
     let handle = cast(&mut errors, "handle", q.get("handle"), string);
     let where_clause = cast(&mut errors, "where", q.get("where"), string);
     let columns = cast(&mut errors, "columns", q.get("columns"), column_list);
+    let queryable_columns = cast(
+        &mut errors,
+        "queryable_columns",
+        q.get("queryable_columns"),
+        column_list,
+    );
     let replica = cast(&mut errors, "replica", q.get("replica"), replica);
     let log = cast(&mut errors, "log", q.get("log"), log_mode);
     let where_params = cast(&mut errors, "params", q.get("params"), string_map);
@@ -178,6 +187,7 @@ pub fn parse_shape_params(
         where_clause,
         where_params,
         columns,
+        queryable_columns,
         replica: replica.unwrap_or_default(),
         log: log.unwrap_or_default(),
         secret: secret(&q),
@@ -417,6 +427,7 @@ mod tests {
                 where_clause: None,
                 where_params: vec![],
                 columns: None,
+                queryable_columns: None,
                 replica: Replica::Default,
                 log: LogMode::Full,
                 secret: None,

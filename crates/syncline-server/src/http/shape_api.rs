@@ -199,6 +199,7 @@ fn same_request(definition: &ShapeDefinition, params: &ShapeParams) -> bool {
         && definition.params == params.where_params
         && definition.replica == params.replica
         && definition.log == params.log
+        && same_list(&definition.queryable, &params.queryable_columns)
         && match &params.columns {
             None => !definition.explicit_columns,
             Some(list) => {
@@ -209,6 +210,45 @@ fn same_request(definition: &ShapeDefinition, params: &ShapeParams) -> bool {
                 definition.explicit_columns && a == b
             }
         }
+}
+
+/// The table's columns named in `list` (each must exist, the primary key must be among
+/// them), in table order; `Err` holds the client's message.
+fn table_columns(relation: &RelationDesc, list: &[String]) -> Result<Vec<String>, String> {
+    let unknown: Vec<&str> = list
+        .iter()
+        .filter(|n| relation.column(n).is_none())
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        return Err(param_errors::columns_not_found(&unknown));
+    }
+    let missing: Vec<&str> = relation
+        .primary_key()
+        .iter()
+        .filter(|c| !list.contains(&c.name))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(param_errors::columns_missing_pk(&missing));
+    }
+    Ok(relation
+        .columns
+        .iter()
+        .filter(|c| list.contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect())
+}
+
+/// Whether two optional column lists name the same columns.
+fn same_list(a: &Option<Vec<String>>, b: &Option<Vec<String>>) -> bool {
+    let sorted = |l: &Option<Vec<String>>| {
+        l.clone().map(|mut l| {
+            l.sort();
+            l
+        })
+    };
+    sorted(a) == sorted(b)
 }
 
 /// Checks the request against the catalog and builds the shape definition.
@@ -230,35 +270,32 @@ async fn definition(
             ));
         }
     };
-    let columns = match &params.columns {
-        None => relation.columns.iter().map(|c| c.name.clone()).collect(),
-        Some(list) => {
-            let unknown: Vec<&str> = list
+    let column_error =
+        |field: &str, message: String| invalid(method, &ParamErrors::single(field, message));
+    let queryable = match &params.queryable_columns {
+        None => None,
+        Some(list) => Some(
+            table_columns(&relation, list)
+                .map_err(|message| column_error("queryable_columns", message))?,
+        ),
+    };
+    let columns = match (&params.columns, &queryable) {
+        (Some(list), _) => {
+            let columns = table_columns(&relation, list)
+                .map_err(|message| column_error("columns", message))?;
+            let hidden: Vec<&str> = columns
                 .iter()
-                .filter(|n| relation.column(n).is_none())
+                .filter(|c| queryable.as_ref().is_some_and(|q| !q.contains(c)))
                 .map(String::as_str)
                 .collect();
-            if !unknown.is_empty() {
-                let message = param_errors::columns_not_found(&unknown);
-                return Err(invalid(method, &ParamErrors::single("columns", message)));
+            if !hidden.is_empty() {
+                let message = param_errors::columns_not_queryable(&hidden);
+                return Err(column_error("columns", message));
             }
-            let pk = relation.primary_key();
-            let missing: Vec<&str> = pk
-                .iter()
-                .filter(|c| !list.contains(&c.name))
-                .map(|c| c.name.as_str())
-                .collect();
-            if !missing.is_empty() {
-                let message = param_errors::columns_missing_pk(&missing);
-                return Err(invalid(method, &ParamErrors::single("columns", message)));
-            }
-            relation
-                .columns
-                .iter()
-                .filter(|c| list.contains(&c.name))
-                .map(|c| c.name.clone())
-                .collect()
+            columns
         }
+        (None, Some(queryable)) => queryable.clone(),
+        (None, None) => relation.columns.iter().map(|c| c.name.clone()).collect(),
     };
     let where_sql = match &params.where_clause {
         None => None,
@@ -272,7 +309,8 @@ async fn definition(
         schema: relation.schema.clone(),
         table: relation.name.clone(),
         columns,
-        explicit_columns: params.columns.is_some(),
+        explicit_columns: params.columns.is_some() || queryable.is_some(),
+        queryable,
         where_text: params.where_clause.clone(),
         params: params.where_params.clone(),
         where_sql,

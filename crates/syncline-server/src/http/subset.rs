@@ -98,7 +98,10 @@ impl Serve<'_> {
 
     /// The checked query: the shape's where AND the subset's, ordered and cut.
     fn subset_query(&self, subset: &SubsetParams) -> Result<SnapshotQuery, Box<Response>> {
-        let relation = &self.shape.relation;
+        let queryable = self
+            .shape
+            .definition
+            .queryable_relation(&self.shape.relation);
         let rejected = |field: &str, message: String| {
             Box::new(invalid(
                 self.method,
@@ -108,14 +111,14 @@ impl Serve<'_> {
         let subset_where = match &subset.where_clause {
             None => None,
             Some(text) => Some(
-                Where::new(text, relation, &subset.params)
+                Where::new(text, &queryable, &subset.params)
                     .map_err(|e| rejected("where", e.message))?,
             ),
         };
         let order_by = match &subset.order_by {
             None => None,
             Some(text) => Some(
-                OrderBy::new(text, relation, &subset.params)
+                OrderBy::new(text, &queryable, &subset.params)
                     .map_err(|e| rejected("order_by", e.message))?,
             ),
         };
@@ -125,8 +128,12 @@ impl Serve<'_> {
             (None, Some(sub)) => Some(sub.sql().to_owned()),
             (Some(shape), Some(sub)) => Some(format!("({shape}) AND ({})", sub.sql())),
         };
-        let query = SnapshotQuery::new(relation, Some(&self.shape.definition.columns), where_sql)
-            .map_err(|e| {
+        let query = SnapshotQuery::new(
+            &self.shape.relation,
+            Some(&self.shape.definition.columns),
+            where_sql,
+        )
+        .map_err(|e| {
             tracing::warn!(handle = %self.shape.handle, error = %e, "subset query");
             Box::new(super::reply::internal_error())
         })?;

@@ -40,8 +40,11 @@ pub struct ShapeDefinition {
     /// Selected columns in table order (every column when the request named none).
     pub columns: Vec<String>,
     /// Whether the request listed columns explicitly (omitting `columns` is a different shape
-    /// from listing them all).
+    /// from listing them all); `queryable_columns` lists them too.
     pub explicit_columns: bool,
+    /// `queryable_columns`: the only columns subset where clauses and ordering may use.
+    #[serde(default)]
+    pub queryable: Option<Vec<String>>,
     /// The where clause as the client wrote it, if any.
     pub where_text: Option<String>,
     /// Values of `$1`, `$2`, … in the where clause.
@@ -67,6 +70,11 @@ impl ShapeDefinition {
             self.table,
             columns,
             self.explicit_columns,
+            self.queryable.as_ref().map(|q| {
+                let mut q = q.clone();
+                q.sort();
+                q
+            }),
             self.where_sql,
             self.replica,
             self.log,
@@ -103,6 +111,16 @@ impl ShapeDefinition {
             && where_columns
                 .iter()
                 .all(|&i| same(&made_on.columns[i].name))
+    }
+
+    /// The table as subset where clauses and ordering may see it: only the queryable columns,
+    /// when the shape names them.
+    pub fn queryable_relation(&self, relation: &RelationDesc) -> RelationDesc {
+        let mut visible = relation.clone();
+        if let Some(queryable) = &self.queryable {
+            visible.columns.retain(|c| queryable.contains(&c.name));
+        }
+        visible
     }
 
     /// Positions in `relation.columns` of the selected columns, `None` if one is missing.
