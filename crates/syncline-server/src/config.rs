@@ -77,6 +77,11 @@ pub struct Config {
     #[arg(long, env = "ELECTRIC_MAX_SHAPES")]
     pub max_shapes: Option<usize>,
 
+    /// How often shapes made with `experimental_compaction=true` have the updates in their
+    /// older chunks merged, in seconds (each time ± half, at random).
+    #[arg(long, env = "SYNCLINE_COMPACTION_PERIOD_S", default_value_t = 600)]
+    pub compaction_period_s: u64,
+
     /// Shape requests in flight before more are turned away with 503 and `retry-after`, as
     /// JSON: initial requests (`offset=-1`) and all others (waiting live requests count).
     #[arg(long, env = "ELECTRIC_MAX_CONCURRENT_REQUESTS", default_value_t = ConcurrencyLimits::default())]
@@ -118,6 +123,9 @@ impl Config {
         }
         if self.chunk_bytes_threshold == 0 {
             return Err("the chunk bytes threshold must be at least 1".into());
+        }
+        if self.compaction_period_s == 0 {
+            return Err("the compaction period must be at least 1 second".into());
         }
         if self.db_pool_size == 0 {
             return Err("the pool size must be at least 1".into());

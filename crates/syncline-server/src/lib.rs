@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod compaction;
 pub mod config;
 pub mod http;
 pub mod metrics;

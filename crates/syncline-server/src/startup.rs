@@ -92,6 +92,8 @@ pub async fn start(config: Config) -> Result<Server, String> {
         pipeline.add_restored(shape, visibility);
     }
     tokio::spawn(pipeline.run_or_exit());
+    let period = std::time::Duration::from_secs(state.config.compaction_period_s);
+    tokio::spawn(crate::compaction::run(state.clone(), period));
     state.set_health(Health::Active);
     Ok(Server { state, addr })
 }

@@ -609,3 +609,94 @@ async fn queryable_columns_limit_selection_and_subsets() {
         json!({"id":"3","title":"three"})
     );
 }
+
+/// Rows (id → title) after applying change messages in order.
+fn apply_titles(
+    rows: &mut std::collections::BTreeMap<String, String>,
+    messages: &[serde_json::Value],
+) {
+    for m in messages {
+        let id = m["value"]["id"].as_str().unwrap().to_owned();
+        match m["headers"]["operation"].as_str().unwrap() {
+            "delete" => {
+                rows.remove(&id);
+            }
+            _ => {
+                if let Some(title) = m["value"]["title"].as_str() {
+                    rows.insert(id, title.to_owned());
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_updates_and_every_reader_ends_at_the_same_state() {
+    let f = common::fixture_with(
+        "CREATE TABLE items (id int PRIMARY KEY, title text);
+         INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c');",
+        |c| c.compaction_period_s = 1,
+    )
+    .await;
+    let query = "table=items&experimental_compaction=true";
+    let (handle, early_offset, early) = f.sync(query).await;
+    for i in 0..300 {
+        f.db.batch_execute(&format!(
+            "UPDATE items SET title = 'title {i} {}' WHERE id = {}",
+            "x".repeat(60),
+            i % 3 + 1
+        ))
+        .await
+        .unwrap();
+    }
+    f.db.batch_execute("DELETE FROM items WHERE id = 3; INSERT INTO items VALUES (4, 'd')")
+        .await
+        .unwrap();
+    let expected: std::collections::BTreeMap<String, String> =
+        f.db.query("SELECT id::text, title FROM items", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+    // 3 snapshot rows, 300 updates, a delete and an insert.
+    let changes_made = 305;
+    let mut after = Vec::new();
+    for _ in 0..50 {
+        after = f.sync(query).await.2;
+        let mut rows = std::collections::BTreeMap::new();
+        apply_titles(&mut rows, &after);
+        if rows == expected && after.len() < changes_made {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        after.len() < changes_made,
+        "{} messages for {changes_made} changes",
+        after.len()
+    );
+    let mut fresh = std::collections::BTreeMap::new();
+    apply_titles(&mut fresh, &after);
+    assert_eq!(fresh, expected, "a client starting now");
+
+    let mut resumed = std::collections::BTreeMap::new();
+    apply_titles(&mut resumed, &early);
+    let mut offset = early_offset;
+    loop {
+        let r = f
+            .get(&format!("{query}&offset={offset}&handle={handle}"))
+            .await;
+        assert_eq!(r.status, 200);
+        let changes: Vec<serde_json::Value> = r.changes().into_iter().cloned().collect();
+        apply_titles(&mut resumed, &changes);
+        offset = r.header("electric-offset").unwrap().to_owned();
+        if r.header("electric-up-to-date").is_some() {
+            break;
+        }
+    }
+    assert_eq!(
+        resumed, expected,
+        "a client resuming from before compaction"
+    );
+}

@@ -54,6 +54,9 @@ pub struct ShapeParams {
     /// `queryable_columns`: the columns subset where clauses, subset ordering and `columns`
     /// may use, and the default selection.
     pub queryable_columns: Option<Vec<String>>,
+    /// `experimental_compaction`: merge successive updates of a key in the shape's older
+    /// chunks.
+    pub compaction: bool,
     /// `replica`.
     pub replica: Replica,
     /// `log`.
@@ -115,6 +118,12 @@ pub fn parse_shape_params(
         column_list,
     );
     let replica = cast(&mut errors, "replica", q.get("replica"), replica);
+    let compaction = cast(
+        &mut errors,
+        "experimental_compaction",
+        q.get("experimental_compaction"),
+        boolean,
+    );
     let log = cast(&mut errors, "log", q.get("log"), log_mode);
     let where_params = cast(&mut errors, "params", q.get("params"), string_map);
     if !offset_given {
@@ -188,6 +197,7 @@ pub fn parse_shape_params(
         where_params,
         columns,
         queryable_columns,
+        compaction: compaction.unwrap_or_default(),
         replica: replica.unwrap_or_default(),
         log: log.unwrap_or_default(),
         secret: secret(&q),
@@ -264,6 +274,15 @@ fn column_list(raw: &Raw) -> Result<Vec<String>, String> {
             Err("Invalid zero-length identifier".into())
         }
         Raw::List(names) => Ok(names.clone()),
+        _ => Err(INVALID.into()),
+    }
+}
+
+/// Ecto's boolean cast: `true`/`1` or `false`/`0`.
+fn boolean(raw: &Raw) -> Result<bool, String> {
+    match raw {
+        Raw::Str(s) if s == "true" || s == "1" => Ok(true),
+        Raw::Str(s) if s == "false" || s == "0" => Ok(false),
         _ => Err(INVALID.into()),
     }
 }
@@ -428,6 +447,7 @@ mod tests {
                 where_params: vec![],
                 columns: None,
                 queryable_columns: None,
+                compaction: false,
                 replica: Replica::Default,
                 log: LogMode::Full,
                 secret: None,

@@ -315,6 +315,7 @@ async fn definition(
         params: params.where_params.clone(),
         where_sql,
         replica: params.replica,
+        compaction: params.compaction,
         log: params.log,
     };
     Ok((definition, relation))

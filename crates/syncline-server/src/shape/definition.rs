@@ -54,6 +54,10 @@ pub struct ShapeDefinition {
     pub where_sql: Option<String>,
     /// Replica mode.
     pub replica: Replica,
+    /// Successive updates of a key in the older chunks are merged (`experimental_compaction`).
+    /// Not part of the identity: a compacted log gives every reader the same final state.
+    #[serde(default)]
+    pub compaction: bool,
     /// Log mode.
     pub log: LogMode,
 }

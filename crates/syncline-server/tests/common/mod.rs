@@ -81,6 +81,7 @@ pub async fn fixture_with(setup: &str, configure: impl FnOnce(&mut Config)) -> F
         enable_integration_testing: true,
         max_shapes: None,
         max_concurrent_requests: Default::default(),
+        compaction_period_s: 600,
         prometheus_port: None,
         log_format: "text".into(),
     };
