@@ -21,17 +21,17 @@ import pg from 'pg'
 const here = path.dirname(fileURLToPath(import.meta.url))
 
 /** The testkit CLI that starts a private cluster. */
-export const CLUSTER_BIN = process.env.SYNCLINE_PG_CLUSTER_BIN
+const CLUSTER_BIN = process.env.SYNCLINE_PG_CLUSTER_BIN
   ? path.resolve(process.env.SYNCLINE_PG_CLUSTER_BIN)
   : path.resolve(here, '../../target/debug/syncline-pg-cluster')
 
 /** The Syncline server binary. */
-export const SYNCLINE_BIN = process.env.SYNCLINE_BIN
+const SYNCLINE_BIN = process.env.SYNCLINE_BIN
   ? path.resolve(process.env.SYNCLINE_BIN)
   : path.resolve(here, '../../target/debug/syncline')
 
 /** Long-poll timeout given to the server, in ms. */
-export const LONG_POLL_TIMEOUT_MS = 3000
+const LONG_POLL_TIMEOUT_MS = 3000
 
 /** Chunk threshold given to the server, in bytes. */
 export const CHUNK_BYTES = 10000
@@ -106,9 +106,9 @@ async function startCluster() {
   const exited = new Promise((resolve) => child.once('exit', resolve))
   const line = await Promise.race([
     createInterface({ input: child.stdout })[Symbol.asyncIterator]().next(),
-    exited.then((code) => Promise.reject(new Error(`syncline-pg-cluster exited (${code}): ${stderr}`))),
     sleep(CLUSTER_START_TIMEOUT_MS).then(() => Promise.reject(new Error('cluster start timed out'))),
   ])
+  if (line.done) throw new Error(`syncline-pg-cluster exited (${await exited}) without a line: ${stderr}`)
   const info = JSON.parse(line.value)
   return {
     ...info,
@@ -127,8 +127,8 @@ async function freePort() {
   return port
 }
 
-/** A `syncline serve` process; can be SIGKILLed and restarted on the same storage and port. */
-export class Syncline {
+/** A `syncline serve` process; kill() then start() restarts it on the same storage and port. */
+class Syncline {
   constructor(databaseUrl) {
     this.databaseUrl = databaseUrl
     this.streamId = `conformance_${process.pid}_${nextStreamId++}`
@@ -205,11 +205,6 @@ export class Syncline {
     child.kill('SIGKILL')
     await child.exited
     this.output.push(`--- syncline killed (pid ${child.pid}) ---`)
-  }
-
-  async restart() {
-    await this.kill()
-    await this.start()
   }
 
   /** The last lines the server printed. */
@@ -304,7 +299,7 @@ class Stack {
 }
 
 /** A fetch that appends {method, url, body, status, contentType, handle, offset, error} to `log`. */
-export function recordingFetch(log) {
+function recordingFetch(log) {
   return async (input, init = {}) => {
     const entry = {
       method: init.method ?? 'GET',
