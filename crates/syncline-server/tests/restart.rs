@@ -84,6 +84,27 @@ struct Follower {
 }
 
 impl Follower {
+    /// A client that has read a shape's first response (`offset=-1`).
+    async fn start(query: &str, server: &Syncline, http: &reqwest::Client) -> Follower {
+        let first = http
+            .get(server.url(&format!("{query}&offset=-1")))
+            .send()
+            .await
+            .unwrap();
+        let header = |name: &str| first.headers()[name].to_str().unwrap().to_owned();
+        let mut f = Follower {
+            query: query.to_owned(),
+            handle: header("electric-handle"),
+            offset: header("electric-offset"),
+            rows: BTreeMap::new(),
+        };
+        let body: Value = serde_json::from_str(&first.text().await.unwrap()).unwrap();
+        for m in body.as_array().unwrap() {
+            f.apply(m);
+        }
+        f
+    }
+
     /// Reads until up-to-date, applying changes; returns the status that stopped it early, if
     /// any (e.g. 409).
     async fn catch_up(&mut self, server: &Syncline, http: &reqwest::Client) -> Result<(), u16> {
@@ -227,29 +248,7 @@ async fn shapes_resume_from_disk_after_sigkill() {
         ("table=items", "true"),
         ("table=items&where=id%20%25%203%20%3D%200", "id % 3 = 0"),
     ] {
-        let mut f = Follower {
-            query: query.to_owned(),
-            handle: String::new(),
-            offset: "-1".to_owned(),
-            rows: BTreeMap::new(),
-        };
-        let first = http
-            .get(server.url(&format!("{query}&offset=-1")))
-            .send()
-            .await
-            .unwrap();
-        f.handle = first.headers()["electric-handle"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        f.offset = first.headers()["electric-offset"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let body: Value = serde_json::from_str(&first.text().await.unwrap()).unwrap();
-        for m in body.as_array().unwrap() {
-            f.apply(m);
-        }
+        let mut f = Follower::start(query, &server, &http).await;
         f.catch_up(&server, &http).await.unwrap();
         assert_eq!(f.titles(), table_titles(&db, filter).await);
         followers.push((f, filter));
@@ -337,25 +336,7 @@ async fn shapes_whose_columns_changed_while_down_are_dropped() {
         "table=items&columns=id,title&where=n%20%3E%203",
         "table=items",
     ] {
-        let mut f = Follower {
-            query: query.to_owned(),
-            handle: String::new(),
-            offset: "-1".to_owned(),
-            rows: BTreeMap::new(),
-        };
-        let first = http
-            .get(server.url(&format!("{query}&offset=-1")))
-            .send()
-            .await
-            .unwrap();
-        f.handle = first.headers()["electric-handle"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        f.offset = first.headers()["electric-offset"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let mut f = Follower::start(query, &server, &http).await;
         f.catch_up(&server, &http).await.unwrap();
         followers.push(f);
     }

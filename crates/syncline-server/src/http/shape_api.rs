@@ -30,7 +30,7 @@ use super::reply::{
 use super::schema_header::electric_schema;
 use super::subset_body::parse_subset_body;
 use super::JSON;
-use crate::shape::{Shape, ShapeDefinition};
+use crate::shape::{Shape, ShapeDefinition, ShapeState};
 use crate::state::AppState;
 
 /// Largest POST body accepted.
@@ -395,12 +395,7 @@ impl Serve<'_> {
         let mut changes = self.shape.subscribe();
         loop {
             let st = changes.borrow_and_update().clone();
-            if let Some(error) = st.failed {
-                return Err(snapshot_failed(&error));
-            }
-            if st.gone {
-                return Err(self.gone().await);
-            }
+            self.check_alive(&st).await?;
             let read = tokio::task::block_in_place(|| {
                 self.shape.with_reader(&self.state.store, |r| r.read(from))
             })
@@ -440,16 +435,23 @@ impl Serve<'_> {
         }
     }
 
+    /// The response that ends the request if the shape's snapshot failed or the shape went
+    /// away.
+    async fn check_alive(&self, st: &ShapeState) -> Result<(), Response> {
+        if let Some(error) = &st.failed {
+            return Err(snapshot_failed(error));
+        }
+        if st.gone {
+            return Err(self.gone().await);
+        }
+        Ok(())
+    }
+
     pub(super) async fn wait_snapshot(&self, deadline: Instant) -> Result<(), Response> {
         let mut changes = self.shape.subscribe();
         loop {
             let st = changes.borrow_and_update().clone();
-            if let Some(error) = st.failed {
-                return Err(snapshot_failed(&error));
-            }
-            if st.gone {
-                return Err(self.gone().await);
-            }
+            self.check_alive(&st).await?;
             if st.snapshot_done {
                 return Ok(());
             }
