@@ -136,6 +136,9 @@ pub enum Op {
     JustifyHours,
     /// `justify_interval(interval)`.
     JustifyInterval,
+    /// `timezone(zone, ts)` / `ts AT TIME ZONE zone`, zone text or interval: timestamptz to the
+    /// zone's local timestamp, or a local timestamp to timestamptz.
+    Timezone,
     /// `jsonb -> text|int4`.
     JsonGet,
     /// `jsonb ->> text|int4`.

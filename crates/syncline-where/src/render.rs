@@ -193,6 +193,7 @@ fn write_op(op: &Op, args: &[Expr], ty: &Type, out: &mut String) {
         Op::JustifyDays => call("justify_days", args, out),
         Op::JustifyHours => call("justify_hours", args, out),
         Op::JustifyInterval => call("justify_interval", args, out),
+        Op::Timezone => call("timezone", args, out),
         Op::Cast => {
             out.push_str("CAST(");
             write(&args[0], out);

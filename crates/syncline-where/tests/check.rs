@@ -44,6 +44,26 @@ fn renders_canonical_sql() {
             &[],
             r#"("tz" > '2024-01-01 00:00:00+00'::timestamptz)"#,
         ),
+        (
+            "tz AT TIME ZONE 'America/New_York' > ts",
+            &[],
+            r#"(timezone('America/New_York'::text, "tz") > "ts")"#,
+        ),
+        (
+            "timezone($1, ts) < tz",
+            &["UTC+3"],
+            r#"(timezone('UTC+3'::text, "ts") < "tz")"#,
+        ),
+        (
+            "timezone(iv, d) = ts",
+            &[],
+            r#"(timezone("iv", CAST("d" AS timestamptz)) = "ts")"#,
+        ),
+        (
+            "timezone('Europe/Berlin', '2024-07-01 02:00+02') = ts",
+            &[],
+            r#"('2024-07-01 02:00:00'::timestamp = "ts")"#,
+        ),
     ];
     for (text, params, want) in cases {
         assert_eq!(outcome(text, params), *want, "{text}");
@@ -127,6 +147,26 @@ fn rejects_with_electric_messages() {
             OVERFLOWING_SCALE,
             &[],
             "error: value overflows numeric format",
+        ),
+        (
+            "timezone('nowhere', '2024-01-01'::timestamptz) = ts",
+            &[],
+            "error: time zone \"nowhere\" not recognized",
+        ),
+        (
+            "timezone('EST5EDT,M3.2.0,M11.1.0', '2024-01-01'::timestamp) = tz",
+            &[],
+            "error: time zone \"EST5EDT,M3.2.0,M11.1.0\" has daylight-saving rules, which are not supported",
+        ),
+        (
+            "tm AT TIME ZONE 'UTC' = tm",
+            &[],
+            "error: At location 3: timezone() of time with time zone is not supported",
+        ),
+        (
+            "timezone('UTC') = ts",
+            &[],
+            "error: At location 0: unknown or unsupported function timezone/1",
         ),
         (
             "now() > tz",

@@ -120,6 +120,7 @@ impl Checker<'_> {
                 strict(Op::ArrayNdims, Type::Int4, vec![array])
             }
             "array_cat" | "array_append" | "array_prepend" => self.array_build(&name, items, at)?,
+            "timezone" => self.timezone(items.try_into().map_err(|_| unsupported())?, at)?,
             _ => return Err(unsupported()),
         })
     }
@@ -138,6 +139,36 @@ impl Checker<'_> {
             )),
             _ => Err(unsupported()),
         }
+    }
+
+    /// `timezone(zone, ts)` and `ts AT TIME ZONE zone` with Postgres's signatures: zone text or
+    /// interval; timestamp → timestamptz, timestamptz → timestamp. As Postgres resolves them, an
+    /// untyped zone is text and an untyped or date `ts` is timestamptz. The timetz forms
+    /// (which a time argument would take) are not supported.
+    fn timezone(&self, [zone, ts]: [Item; 2], at: i32) -> Result<Expr, WhereError> {
+        let zone_ty = match &zone {
+            Item::Typed(e) if *e.ty() == Type::Interval => Type::Interval,
+            _ => Type::Text,
+        };
+        let (ts_ty, ty) = match &ts {
+            Item::Typed(e) if *e.ty() == Type::Timestamp => (Type::Timestamp, Type::Timestamptz),
+            Item::Typed(e) if *e.ty() == Type::Time => {
+                return Err(error(
+                    at,
+                    "timezone() of time with time zone is not supported",
+                ))
+            }
+            _ => (Type::Timestamptz, Type::Timestamp),
+        };
+        let args = vec![
+            self.coerce(zone, &zone_ty, at)?,
+            self.coerce(ts, &ts_ty, at)?,
+        ];
+        Ok(Expr::Op {
+            op: Op::Timezone,
+            args,
+            ty,
+        })
     }
 
     fn array_build(&self, name: &str, items: Vec<Item>, at: i32) -> Result<Expr, WhereError> {

@@ -16,6 +16,7 @@ use crate::expr::{ArrayBuild, BoolTest, CmpOp, Expr, Op};
 use crate::like::like;
 use crate::types::Type;
 use crate::value::array::Array;
+use crate::value::timezone::{timezone, ZoneArg};
 use crate::value::{Datum, Nullable};
 
 /// Evaluates `expr` on `row`. `Ok(None)` is SQL NULL.
@@ -333,8 +334,23 @@ fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable
             n => Some(Datum::Int(n as i64)),
         }),
         Op::JsonGet | Op::JsonGetText | Op::JsonContains | Op::JsonHasKey => json(op, values),
+        Op::Timezone => at_time_zone(args, values),
         _ => arith::apply(op, args, values, ty),
     }
+}
+
+/// `timezone(zone, ts)`: a timestamp argument is local time in the zone, a timestamptz an
+/// instant.
+fn at_time_zone(args: &[Expr], values: &[Datum]) -> Result<Nullable, EvalError> {
+    let zone = match &values[0] {
+        Datum::Interval(iv) => ZoneArg::Interval(iv),
+        other => ZoneArg::Name(text(other)),
+    };
+    let Datum::Timestamp(ts) = values[1] else {
+        return Err(EvalError::Other("timezone() expects a timestamp".into()));
+    };
+    let to_utc = *args[1].ty() == Type::Timestamp;
+    Ok(Some(Datum::Timestamp(timezone(zone, ts, to_utc)?)))
 }
 
 fn json(op: &Op, values: &[Datum]) -> Result<Nullable, EvalError> {

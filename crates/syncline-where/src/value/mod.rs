@@ -5,6 +5,7 @@ pub mod datetime;
 pub mod float;
 pub mod jsonb;
 pub mod numeric;
+pub mod timezone;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
