@@ -104,7 +104,7 @@ async fn run_seed(client: &Client, seed: u64) {
     let ids: Vec<i32> = (1..=ROWS as i32).collect();
     let relation = common::relation();
     let types = RowTypes::of(&relation);
-    let (mut compared, mut rejected) = (0usize, Vec::new());
+    let (mut compared, mut with_timezone, mut rejected) = (0usize, 0usize, Vec::new());
     let mut failures = Vec::new();
     for _ in 0..CLAUSES {
         let text = Gen { rng: &mut rng }.boolean(3);
@@ -124,6 +124,9 @@ async fn run_seed(client: &Client, seed: u64) {
         let expected = postgres_results(client, &text, &ids).await;
         let rendered = postgres_results(client, w.sql(), &ids).await;
         let failures_before = failures.len();
+        if text.contains("timezone(") || text.contains("AT TIME ZONE") {
+            with_timezone += rows.len();
+        }
         for (i, values) in rows.iter().enumerate() {
             let row = Row::new(&types, values);
             let got = syncline_result(&w, &row);
@@ -143,7 +146,7 @@ async fn run_seed(client: &Client, seed: u64) {
         }
     }
     println!(
-        "seed {seed}: {compared} row evaluations compared, {} valid clauses rejected",
+        "seed {seed}: {compared} row evaluations compared ({with_timezone} with timezone()), {} valid clauses rejected",
         rejected.len()
     );
     for r in rejected.iter().take(10) {

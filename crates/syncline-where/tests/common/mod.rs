@@ -146,6 +146,12 @@ pub const COLS: &[Col] = &[
             "1999-12-31 00:00:00",
             "infinity",
             "2000-01-01 00:00:00.000001",
+            "2024-03-10 02:30:00",
+            "2024-11-03 01:30:00",
+            "2024-04-07 02:30:00",
+            "2024-10-27 02:59:59.5",
+            "1900-01-01 00:00:00",
+            "2150-07-01 12:00:00",
         ],
     },
     Col {
@@ -157,6 +163,12 @@ pub const COLS: &[Col] = &[
             "1999-12-31 00:00:00-05:30",
             "-infinity",
             "2000-01-01 00:00:00+00",
+            "2024-03-10 07:00:00+00",
+            "2024-11-03 05:59:59.5+00",
+            "2024-04-06 16:00:00+00",
+            "2024-10-05 16:00:00+00",
+            "2012-07-01 00:00:00+00",
+            "2150-01-15 12:00:00+00",
         ],
     },
     Col {
@@ -199,6 +211,54 @@ pub const COLS: &[Col] = &[
         sql_type: "mood",
         pool: &["sad", "ok", "happy"],
     },
+    Col {
+        name: "tm",
+        sql_type: "time",
+        pool: &[
+            "00:00:00",
+            "12:30:00.5",
+            "23:59:59.999999",
+            "24:00:00",
+            "07:05:00",
+        ],
+    },
+];
+
+/// Zones for `timezone()`: IANA names with northern and southern daylight saving, half- and
+/// quarter-hour offsets, a skipped day, names in other cases, fixed and history-based
+/// abbreviations, POSIX specs (offsets west), intervals (some with days), columns, a bad name,
+/// NULL. (POSIX specs with daylight-saving rules are not supported: `docs/where-language.md`.)
+pub const ZONES: &[&str] = &[
+    "'UTC'",
+    "'America/New_York'",
+    "'america/new_york'",
+    "'Europe/Berlin'",
+    "'EUROPE/LONDON'",
+    "'Australia/Sydney'",
+    "'Australia/Lord_Howe'",
+    "'America/Santiago'",
+    "'Asia/Kolkata'",
+    "'Asia/Kathmandu'",
+    "'Pacific/Chatham'",
+    "'Pacific/Apia'",
+    "'Europe/Moscow'",
+    "'Etc/GMT+5'",
+    "'EST'",
+    "'pst'",
+    "'CEST'",
+    "'MSK'",
+    "'ART'",
+    "'UTC+3'",
+    "'+05:30'",
+    "'<+0330>-3:30'",
+    "'-14'",
+    "'no/such_zone'",
+    "NULL",
+    "'1 hour'::interval",
+    "'-05:30:00.5'::interval",
+    "'1 day'::interval",
+    "iv",
+    "t",
 ];
 
 /// DDL of the test table `t` (plus an `id` primary key first).
@@ -353,7 +413,7 @@ impl Gen<'_> {
 
     fn predicate(&mut self, depth: u32) -> String {
         let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">=", "!="]);
-        match self.rng.gen_range(0..24) {
+        match self.rng.gen_range(0..26) {
             0 => format!("{} {cmp} {}", self.int(depth), self.int(depth)),
             1 => format!("{} {cmp} {}", self.num(depth), self.num(depth)),
             2 => format!("{} {cmp} {}", self.float(depth), self.float(depth)),
@@ -461,6 +521,7 @@ impl Gen<'_> {
                 ]),
                 self.int(0)
             ),
+            23 | 24 => self.timezone(),
             _ => format!(
                 "{} = {}",
                 self.pick(&[
@@ -620,6 +681,42 @@ impl Gen<'_> {
             "'30 days'::interval",
         ])
         .into()
+    }
+
+    /// `timezone()` and `AT TIME ZONE` in both directions, compared through the offset they
+    /// apply (so an hour off shows), against columns, and round trips.
+    fn timezone(&mut self) -> String {
+        let zone = self.pick(ZONES);
+        let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">="]);
+        let offset = self.pick(&[
+            "'00:00:00'::interval",
+            "'-05:00:00'::interval",
+            "'-04:00:00'::interval",
+            "'01:00:00'::interval",
+            "'02:00:00'::interval",
+            "'05:30:00'::interval",
+            "'11:00:00'::interval",
+            "'-03:00:00'::interval",
+        ]);
+        match self.rng.gen_range(0..6) {
+            0 => format!("(timezone({zone}, tz) - CAST(tz AS timestamp)) {cmp} {offset}"),
+            1 => format!("(CAST(ts AS timestamptz) - (ts AT TIME ZONE {zone})) {cmp} {offset}"),
+            2 => format!(
+                "timezone({zone}, {}) {cmp} {}",
+                self.pick(&["tz", "d", "'2024-03-10 07:00:00+00'", "NULL", "tz - iv"]),
+                self.pick(&["ts", "'2024-03-10 02:30:00'::timestamp", "d"])
+            ),
+            3 => format!(
+                "({} AT TIME ZONE {zone}) {cmp} {}",
+                self.pick(&["ts", "ts + iv", "'2024-11-03 01:30:00'::timestamp"]),
+                self.pick(&["tz", "'2024-11-03 06:00:00+00'::timestamptz"])
+            ),
+            4 => format!("timezone({zone}, timezone({zone}, tz)) {cmp} tz"),
+            _ => format!(
+                "timezone({zone}, timezone({}, ts)) {cmp} ts",
+                self.pick(ZONES)
+            ),
+        }
     }
 
     fn json(&mut self) -> String {
