@@ -8,6 +8,7 @@ use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
 use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::PgError;
 use syncline_storage::{Message, Operation, StorageError};
+use tokio::sync::mpsc;
 
 use crate::pipeline::Command;
 use crate::shape::{LogMode, Shape, ShapeMeta, SharedWriter};
@@ -16,7 +17,9 @@ use crate::state::AppState;
 /// JSON bytes buffered before they are appended to the log.
 const APPEND_BATCH_BYTES: usize = 1 << 20;
 /// JSON bytes after which the snapshot so far is committed and flushed, so readers can start.
-const FLUSH_BATCH_BYTES: usize = 8 << 20;
+const PUBLISH_BATCH_BYTES: usize = 8 << 20;
+/// Encoded batches waiting for the log writer (bounds the memory a fast COPY can take).
+const BATCHES_QUEUED_MAX: usize = 4;
 
 /// Why a snapshot failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +67,8 @@ struct Batch {
     keys: Vec<u8>,
     /// Offset, end of key in `keys`, end of JSON in `json`.
     entries: Vec<(LogOffset, usize, usize)>,
+    /// Publish the snapshot so far once this batch is appended.
+    publish: bool,
 }
 
 impl Batch {
@@ -82,12 +87,6 @@ impl Batch {
                 m
             })
             .collect()
-    }
-
-    fn clear(&mut self) {
-        self.json.clear();
-        self.keys.clear();
-        self.entries.clear();
     }
 }
 
@@ -123,10 +122,16 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
         .await
         .map_err(|_| SnapshotError::Removed)?;
 
+    // Rows are encoded here while a blocking thread appends the previous batches to the log.
+    let (to_log, batches) = mpsc::channel(BATCHES_QUEUED_MAX);
+    let log_writer = tokio::task::spawn_blocking({
+        let shape = shape.clone();
+        move || append_batches(&shape, batches)
+    });
     let mut encoder = RowEncoder::for_query(&query);
     let mut batch = Batch::default();
     let mut rows: u64 = 0;
-    let mut unflushed = 0;
+    let mut unpublished = 0;
     loop {
         let more = snapshot
             .next_chunk(&mut |row| {
@@ -137,7 +142,7 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
                 batch
                     .entries
                     .push((LogOffset::new(0, rows), batch.keys.len(), batch.json.len()));
-                unflushed += batch.json.len() - start;
+                unpublished += batch.json.len() - start;
                 rows += 1;
                 Ok(())
             })
@@ -146,26 +151,22 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
             return Err(SnapshotError::Removed);
         }
         if batch.json.len() >= APPEND_BATCH_BYTES || !more {
-            append(writer, &batch)?;
-            batch.clear();
-        }
-        if unflushed >= FLUSH_BATCH_BYTES {
-            unflushed = 0;
-            let durable = tokio::task::block_in_place(|| {
-                with_writer(writer, |w| {
-                    w.commit()?;
-                    w.flush()
-                })
-            })?;
-            shape.update(|s| {
-                s.durable = durable;
-                s.snapshot_progress += 1;
-            });
+            batch.publish = unpublished >= PUBLISH_BATCH_BYTES;
+            if batch.publish {
+                unpublished = 0;
+            }
+            if to_log.send(std::mem::take(&mut batch)).await.is_err() {
+                break;
+            }
         }
         if !more {
             break;
         }
     }
+    drop(to_log);
+    log_writer
+        .await
+        .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
     drop(snapshot);
     drop(conn);
     let end = snapshot_end(&visibility);
@@ -200,11 +201,26 @@ async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotE
         .map_err(|_| SnapshotError::Removed)
 }
 
-fn append(writer: &SharedWriter, batch: &Batch) -> Result<(), SnapshotError> {
-    if batch.entries.is_empty() {
-        return Ok(());
+/// Appends batches to the shape's log as they come; publishes the snapshot so far (commit
+/// and flush, so readers can start on it) after the batches that ask for it.
+fn append_batches(shape: &Shape, mut batches: mpsc::Receiver<Batch>) -> Result<(), SnapshotError> {
+    while let Some(batch) = batches.blocking_recv() {
+        if batch.entries.is_empty() {
+            continue;
+        }
+        with_writer(&shape.writer, |w| w.append(&batch.messages()))?;
+        if batch.publish {
+            let durable = with_writer(&shape.writer, |w| {
+                w.commit()?;
+                w.flush()
+            })?;
+            shape.update(|s| {
+                s.durable = durable;
+                s.snapshot_progress += 1;
+            });
+        }
     }
-    with_writer(writer, |w| w.append(&batch.messages()))
+    Ok(())
 }
 
 fn with_writer<T>(
