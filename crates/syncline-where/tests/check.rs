@@ -45,6 +45,11 @@ fn renders_canonical_sql() {
             r#"("tz" > '2024-01-01 00:00:00+00'::timestamptz)"#,
         ),
         (
+            "COALESCE(NULL, i4, 1, 1 / 0) = 1 AND COALESCE('a', t) = t",
+            &[],
+            r#"((COALESCE("i4", '1'::int4) = '1'::int4) AND ('a'::text = "t"))"#,
+        ),
+        (
             "tz AT TIME ZONE 'America/New_York' > ts",
             &[],
             r#"(timezone('America/New_York'::text, "tz") > "ts")"#,

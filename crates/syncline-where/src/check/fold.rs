@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::expr::{Expr, Op};
 use crate::like::Pattern;
+use crate::types::Type;
 use crate::value::Datum;
 
 /// Folds `expr` bottom-up.
@@ -60,10 +61,7 @@ pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
             array: Box::new(fold(*array)?),
             all,
         },
-        Expr::Coalesce { args, ty } => Expr::Coalesce {
-            args: fold_all(args)?,
-            ty,
-        },
+        Expr::Coalesce { args, ty } => return coalesce(args, ty),
         Expr::MinMax { greatest, args, ty } => Expr::MinMax {
             greatest,
             args: fold_all(args)?,
@@ -129,6 +127,30 @@ fn compile_like(e: Expr) -> Expr {
         }
         Err(_) => e,
     }
+}
+
+/// COALESCE as the planner simplifies it: NULL constants dropped, and the arguments after the
+/// first non-NULL constant neither kept nor folded (so an error there never surfaces); a
+/// leading non-NULL constant is the result.
+fn coalesce(args: Vec<Expr>, ty: Type) -> Result<Expr, EvalError> {
+    let mut kept = Vec::with_capacity(args.len());
+    for arg in args {
+        match fold(arg)? {
+            Expr::Const { value: None, .. } => {}
+            constant @ Expr::Const { .. } => {
+                if kept.is_empty() {
+                    return Ok(constant);
+                }
+                kept.push(constant);
+                break;
+            }
+            other => kept.push(other),
+        }
+    }
+    Ok(match kept.len() {
+        0 => Expr::constant(None, ty),
+        _ => Expr::Coalesce { args: kept, ty },
+    })
 }
 
 fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {
