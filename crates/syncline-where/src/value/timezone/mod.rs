@@ -161,7 +161,7 @@ fn clip(text: &str, max: usize) -> &str {
 /// Unix seconds as Postgres's `timestamptz_to_time_t` computes them: truncated towards
 /// 2000-01-01, not floored.
 fn time_t(utc: i64) -> i64 {
-    (utc - POSTGRES_EPOCH_SECS * USECS_PER_SEC) / USECS_PER_SEC + POSTGRES_EPOCH_SECS
+    utc.saturating_sub(POSTGRES_EPOCH_SECS * USECS_PER_SEC) / USECS_PER_SEC + POSTGRES_EPOCH_SECS
 }
 
 /// The zone's offset east, in seconds, at Unix second `t`.
