@@ -22,6 +22,9 @@
 //!   walsender, it also reads the transaction's WAL after the commit).
 //! - `txns_1000_single_row_lag_ms`: 1,000 one-row commits in a row; from the last commit until
 //!   the live client has that row.
+//! - `txn_100k_server_visible_s`: the server's share of `txn_100k_visible_s`, measured with the
+//!   Node client stopped: from the commit until a Rust HTTP reader following the shape live
+//!   (counting rows, no JSON parsing) has all of the transaction.
 //!
 //! Cross-process times are CLOCK_MONOTONIC on both sides (`clock_gettime` here,
 //! `process.hrtime.bigint()` in Node, checked against each other at every Node start). The
@@ -152,6 +155,9 @@ async fn run_async() -> BenchResult {
             "pg_recvlogical_s": figure(&m.recvlogical),
             "pg_recvlogical_s_median": round3(median(&m.recvlogical)),
             "txn_100k_ratio_vs_pg_recvlogical": ratio(txn_best, recv_best),
+            "txn_100k_server_visible_s": figure(&m.txn_server_visible),
+            "txn_100k_server_visible_s_median": round3(median(&m.txn_server_visible)),
+            "txn_100k_server_ratio_vs_pg_recvlogical": ratio(best(&m.txn_server_visible), recv_best),
             "txns_1000_single_row_lag_ms": round3(lag_best),
             "txns_1000_single_row_lag_ms_median": round3(median(&m.lag_ms)),
             "txns_1000_commits_per_s_median": median(&m.commits_per_s).round(),
@@ -173,10 +179,75 @@ async fn run_async() -> BenchResult {
         "runs": {
             "raw_copy_s": m.raw_copy, "initial_sync_server_s": m.server_sync,
             "initial_sync_client_s": m.client_sync, "txn_100k_visible_s": m.txn_visible,
+            "txn_100k_server_visible_s": m.txn_server_visible,
             "pg_recvlogical_s": m.recvlogical, "txns_1000_single_row_lag_ms": m.lag_ms,
             "txns_1000_commits_per_s": m.commits_per_s,
         },
     }))
+}
+
+/// Follows the `bench_items` shape of the server at `server_url` from `position`
+/// (`offset=…&handle=…`), live or not, until `electric-up-to-date` once it has received
+/// `rows_wanted` rows (`u64::MAX`: any number).
+async fn follow(
+    http: &reqwest::Client,
+    server_url: &str,
+    position: String,
+    live: bool,
+    rows_wanted: u64,
+) -> Result<Followed, Error> {
+    let base = format!("{server_url}/v1/shape?table=bench_items");
+    let start = Instant::now();
+    let mut url = format!("{base}&{position}{}", if live { "&live=true" } else { "" });
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    loop {
+        let response = http.get(&url).send().await?;
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (handle, offset) = (header("electric-handle"), header("electric-offset"));
+        let up_to_date = response.headers().contains_key("electric-up-to-date");
+        let body = response.bytes().await?;
+        if status != 200 {
+            return Err(format!("GET {url}: {status} {}", String::from_utf8_lossy(&body)).into());
+        }
+        rows += memchr::memmem::find_iter(&body, MESSAGE_START).count() as u64;
+        bytes += body.len() as u64;
+        let (Some(handle), Some(offset)) = (handle, offset) else {
+            return Err(format!("GET {url}: no electric-handle or electric-offset").into());
+        };
+        let position = format!("offset={offset}&handle={handle}");
+        if up_to_date && (rows >= rows_wanted || rows_wanted == u64::MAX) {
+            return Ok(Followed {
+                took: start.elapsed(),
+                done_ns: monotonic_ns(),
+                rows,
+                bytes,
+                position,
+            });
+        }
+        let live = live || up_to_date;
+        url = format!("{base}&{position}{}", if live { "&live=true" } else { "" });
+    }
+}
+
+/// Where following a shape got to.
+struct Followed {
+    /// From the first request to the last response.
+    took: Duration,
+    /// CLOCK_MONOTONIC when the last response was read.
+    done_ns: u64,
+    /// Change messages received.
+    rows: u64,
+    /// Body bytes received.
+    bytes: u64,
+    /// `offset=…&handle=…` to continue from.
+    position: String,
 }
 
 /// Every round of every measurement.
@@ -187,6 +258,7 @@ struct Measurements {
     shape_bytes: u64,
     client_sync: Vec<f64>,
     txn_visible: Vec<f64>,
+    txn_server_visible: Vec<f64>,
     recvlogical: Vec<f64>,
     lag_ms: Vec<f64>,
     commits_per_s: Vec<f64>,
@@ -217,7 +289,9 @@ async fn measure(
         }
         if round < SERVER_SYNC_ROUNDS {
             server.delete_shape(&http).await?;
-            let (took, rows, bytes) = server.follow_shape(&http).await?;
+            let Followed {
+                took, rows, bytes, ..
+            } = server.follow_shape(&http).await?;
             if rows != ROWS as u64 {
                 return Err(format!("the server's shape held {rows} rows, not {ROWS}").into());
             }
@@ -289,6 +363,34 @@ async fn measure(
         eprintln!("1,000 one-row commits round {round}: {commits:?} ({per_s:.0}/s), last visible after {lag_ms:.3} ms");
         m.lag_ms.push(lag_ms);
         m.commits_per_s.push(per_s);
+    }
+    drop(node);
+
+    // The server's share of the large transaction: a Rust reader that only counts rows, with
+    // no Node client running.
+    let mut position = server.follow_shape(&http).await?.position;
+    for round in 0..TXN_ROUNDS {
+        let follower = {
+            let (url, http, position) = (server.url.clone(), http.clone(), position.clone());
+            tokio::spawn(async move {
+                follow(&http, &url, position, true, TXN_ROWS as u64)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        };
+        client
+            .batch_execute(&format!(
+                "BEGIN; {}; COMMIT",
+                insert_rows_sql(rows + 1, rows + TXN_ROWS)
+            ))
+            .await?;
+        let committed = monotonic_ns();
+        let followed = follower.await??;
+        rows += TXN_ROWS;
+        let visible = ns_to_s(followed.done_ns.saturating_sub(committed));
+        eprintln!("100,000-row transaction round {round}: whole in a Rust HTTP reader after {visible:.3} s");
+        m.txn_server_visible.push(visible);
+        position = followed.position;
     }
     Ok(m)
 }
@@ -454,41 +556,9 @@ impl ServerProcess {
         }
     }
 
-    /// Follows the `bench_items` shape from `offset=-1` until `electric-up-to-date`; returns the
-    /// time it took, the rows and the body bytes received.
-    async fn follow_shape(&self, http: &reqwest::Client) -> Result<(Duration, u64, u64), Error> {
-        let base = format!("{}/v1/shape?table=bench_items", self.url);
-        let start = Instant::now();
-        let mut url = format!("{base}&offset=-1");
-        let (mut rows, mut bytes) = (0u64, 0u64);
-        loop {
-            let response = http.get(&url).send().await?;
-            let status = response.status();
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
-            let (handle, offset) = (header("electric-handle"), header("electric-offset"));
-            let up_to_date = response.headers().contains_key("electric-up-to-date");
-            let body = response.bytes().await?;
-            if status != 200 {
-                return Err(
-                    format!("GET {url}: {status} {}", String::from_utf8_lossy(&body)).into(),
-                );
-            }
-            rows += memchr::memmem::find_iter(&body, MESSAGE_START).count() as u64;
-            bytes += body.len() as u64;
-            if up_to_date {
-                return Ok((start.elapsed(), rows, bytes));
-            }
-            let (Some(handle), Some(offset)) = (handle, offset) else {
-                return Err(format!("GET {url}: no electric-handle or electric-offset").into());
-            };
-            url = format!("{base}&offset={offset}&handle={handle}");
-        }
+    /// Follows the `bench_items` shape from `offset=-1` until `electric-up-to-date`.
+    async fn follow_shape(&self, http: &reqwest::Client) -> Result<Followed, Error> {
+        follow(http, &self.url, "offset=-1".into(), false, u64::MAX).await
     }
 
     /// Stops the server (SIGTERM, then SIGKILL after `STOP_TIMEOUT`).
