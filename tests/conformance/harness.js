@@ -4,8 +4,7 @@
 
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { existsSync, rmSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -52,10 +51,7 @@ const stacks = new Set()
 let nextStreamId = 0
 
 process.on('exit', () => {
-  for (const server of servers) {
-    server.child?.kill('SIGKILL')
-    if (server.storageDir) rmSync(server.storageDir, { recursive: true, force: true })
-  }
+  for (const server of servers) server.child?.kill('SIGKILL')
 })
 for (const signal of ['SIGINT', 'SIGTERM']) {
   process.on(signal, () => process.exit(128 + os.constants.signals[signal]))
@@ -127,21 +123,24 @@ async function freePort() {
   return port
 }
 
-/** A `syncline serve` process; kill() then start() restarts it on the same storage and port. */
+/**
+ * A `syncline serve` process; kill() then start() restarts it on the same storage and port. The
+ * storage dir lies in the cluster's temp dir, so it goes when the cluster does.
+ */
 class Syncline {
-  constructor(databaseUrl) {
+  constructor(databaseUrl, storageDir) {
     this.databaseUrl = databaseUrl
+    this.storageDir = storageDir
     this.streamId = `conformance_${process.pid}_${nextStreamId++}`
     this.output = []
     this.child = null
     servers.add(this)
   }
 
-  /** Spawns the server (first call picks a port and storage dir) and waits until healthy. */
+  /** Spawns the server (the first call picks the port) and waits until it is healthy. */
   async start() {
     assert.ok(existsSync(SYNCLINE_BIN), `${SYNCLINE_BIN} is missing: cargo build -p syncline-server`)
     this.port ??= await freePort()
-    this.storageDir ??= await mkdtemp(path.join(os.tmpdir(), 'syncline-conformance-'))
     const env = {
       ...process.env,
       DATABASE_URL: this.databaseUrl,
@@ -214,7 +213,6 @@ class Syncline {
 
   async close() {
     await this.kill()
-    if (this.storageDir) await rm(this.storageDir, { recursive: true, force: true })
     servers.delete(this)
   }
 }
@@ -224,7 +222,7 @@ class Stack {
   constructor(cluster) {
     this.cluster = cluster
     this.pool = new pg.Pool({ connectionString: cluster.url, max: 4 })
-    this.server = new Syncline(cluster.url)
+    this.server = new Syncline(cluster.url, path.join(cluster.socket_dir, 'syncline-storage'))
     this.controllers = []
     /** Every HTTP exchange of the client, in order (see recordingFetch). */
     this.exchanges = []
