@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use syncline_pg::catalog::load_relation;
-use syncline_pg::snapshot::{Snapshot, SnapshotQuery};
+use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
 use syncline_pg::wire::{Mode, WireConnection};
 use syncline_testkit::PgCluster;
 
@@ -496,9 +496,12 @@ async fn binary_values_render_as_postgres_text() {
             .unwrap()
             .unwrap();
         let query = SnapshotQuery::new(&relation, None, None).unwrap();
+        let mut encoder = RowEncoder::for_query(&query);
         let mut snapshot = Snapshot::begin(&mut conn, &query).await.unwrap();
         let mut got = HashMap::new();
+        let mut in_json = HashMap::new();
         let mut text = Vec::new();
+        let mut line = Vec::new();
         while snapshot
             .next_chunk(&mut |row| {
                 let id = i32::from_be_bytes(row.get(0).unwrap().try_into().unwrap());
@@ -511,6 +514,16 @@ async fn binary_values_render_as_postgres_text() {
                     }
                 };
                 got.insert(id, value);
+                line.clear();
+                encoder.encode(&row, &mut line)?;
+                let message: serde_json::Value =
+                    serde_json::from_slice(&line).unwrap_or_else(|e| {
+                        panic!(
+                            "{ty}: invalid JSON line ({e}): {}",
+                            String::from_utf8_lossy(&line)
+                        )
+                    });
+                in_json.insert(id, message["value"]["v"].as_str().map(str::to_owned));
                 Ok(())
             })
             .await
@@ -519,10 +532,10 @@ async fn binary_values_render_as_postgres_text() {
         assert_eq!(got.len(), expected.len(), "{ty}: row count");
         for (id, want) in &expected {
             compared += 1;
-            if got[id] != *want {
+            if got[id] != *want || in_json[id] != *want {
                 failures.push(format!(
-                    "{ty} {}: postgres {want:?}, syncline {:?}",
-                    literals[*id as usize], got[id]
+                    "{ty} {}: postgres {want:?}, syncline {:?}, in its JSON line {:?}",
+                    literals[*id as usize], got[id], in_json[id]
                 ));
             }
         }

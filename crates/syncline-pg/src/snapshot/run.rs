@@ -18,7 +18,9 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 pub struct SnapshotInfo {
     /// `pg_current_snapshot()`: which transactions' effects the rows include.
     pub pg_snapshot: PgSnapshot,
-    /// `pg_current_wal_lsn()` when the snapshot was taken.
+    /// `pg_current_wal_insert_lsn()` when the snapshot was taken: every transaction the snapshot
+    /// sees committed before it. (Not `pg_current_wal_lsn()`, the write position: with
+    /// asynchronous commit, a visible transaction's commit record may lie past it.)
     pub wal_lsn: Lsn,
 }
 
@@ -45,7 +47,7 @@ impl<'c> Snapshot<'c> {
         let rows = conn
             .simple_query(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
-                 SELECT pg_current_snapshot()::text, pg_current_wal_lsn()::text",
+                 SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text",
             )
             .await?;
         let field = |i: usize| {

@@ -86,11 +86,12 @@ impl TextDecoder {
         })
     }
 
-    /// Whether the text may contain characters that JSON strings must escape.
+    /// Whether the text may contain characters that JSON strings must escape (`bytea` always
+    /// does: its hex form starts with a backslash).
     pub fn may_need_json_escape(&self) -> bool {
         matches!(
             self,
-            TextDecoder::Text | TextDecoder::Jsonb | TextDecoder::Array(_)
+            TextDecoder::Text | TextDecoder::Jsonb | TextDecoder::Bytea | TextDecoder::Array(_)
         )
     }
 
