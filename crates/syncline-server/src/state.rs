@@ -268,6 +268,7 @@ impl AppState {
         self.registry().remove(&shape.handle);
         shape.update(|s| s.gone = true);
         tokio::task::block_in_place(|| {
+            shape.writer.lock().retire();
             if let Err(e) = self.meta.remove(&shape.handle) {
                 tracing::warn!(handle = %shape.handle, error = %e, "could not remove shape metadata");
             }

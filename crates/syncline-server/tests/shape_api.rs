@@ -141,6 +141,9 @@ async fn truncate_and_delete_give_409_and_a_new_handle() {
     assert_eq!(reply.body, json!([{"headers":{"control":"must-refetch"}}]));
     let new_handle = reply.header("electric-handle").unwrap().to_owned();
     assert_ne!(new_handle, handle);
+    let stored = |handle: &str| f.storage.path().join("logs").join(handle).exists();
+    assert!(stored(&new_handle));
+    assert!(!stored(&handle), "the truncated shape's log is deleted");
     let (again, _, rows) = f.sync("table=items").await;
     assert_eq!(again, new_handle);
     assert!(rows.is_empty());

@@ -4,13 +4,15 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use syncline_storage::{Store, Writer, WriterOptions};
+use syncline_storage::{StorageError, Store, Writer, WriterOptions};
 
 /// The writer of one shape's log, open or not yet.
 #[derive(Debug)]
 pub struct ShapeWriter {
     handle: String,
     writer: Option<Writer>,
+    /// The shape is being deleted: the log is never opened again.
+    retired: bool,
 }
 
 /// A [`ShapeWriter`] behind a lock (the snapshot task and the pipeline take turns).
@@ -23,6 +25,7 @@ impl SharedWriter {
         SharedWriter(Arc::new(Mutex::new(ShapeWriter {
             handle: handle.to_owned(),
             writer: Some(writer),
+            retired: false,
         })))
     }
 
@@ -31,6 +34,7 @@ impl SharedWriter {
         SharedWriter(Arc::new(Mutex::new(ShapeWriter {
             handle: handle.to_owned(),
             writer: None,
+            retired: false,
         })))
     }
 
@@ -47,6 +51,9 @@ impl ShapeWriter {
         store: &Store,
         options: &WriterOptions,
     ) -> syncline_storage::Result<&mut Writer> {
+        if self.retired {
+            return Err(StorageError::ShapeNotFound(self.handle.clone()));
+        }
         if self.writer.is_none() {
             self.writer = Some(store.open_writer(&self.handle, options)?);
         }
@@ -56,6 +63,12 @@ impl ShapeWriter {
     /// The writer if it is open.
     pub fn opened(&mut self) -> Option<&mut Writer> {
         self.writer.as_mut()
+    }
+
+    /// Closes the writer for good, releasing the log's lock so the shape can be deleted.
+    pub fn retire(&mut self) {
+        self.writer = None;
+        self.retired = true;
     }
 
     /// Closes the writer; the next [`ShapeWriter::get`] reopens the log, which recovery cuts

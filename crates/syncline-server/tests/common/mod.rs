@@ -16,8 +16,8 @@ pub struct Fixture {
     pub db: Client,
     pub server: Server,
     pub http: reqwest::Client,
-    /// Kept so the storage directory lives as long as the fixture.
-    pub _storage: tempfile::TempDir,
+    /// The server's storage directory.
+    pub storage: tempfile::TempDir,
 }
 
 /// A response: status, headers, parsed JSON body.
@@ -95,7 +95,7 @@ pub async fn fixture_with(setup: &str, configure: impl FnOnce(&mut Config)) -> F
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap(),
-        _storage: storage,
+        storage,
     }
 }
 
