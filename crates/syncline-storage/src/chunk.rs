@@ -10,10 +10,29 @@ use syncline_core::LogOffset;
 use crate::error::{io_err, Result};
 use crate::format::{
     chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, FrameHeader,
-    Record, RecordKind, FRAME_JSON_IN_PLACE, JOURNAL_HEADER_BYTES, RECORD_BYTES,
+    Record, RecordKind, FRAME_JSON_IN_PLACE, FRAME_RECORDS_IN_PLACE, JOURNAL_HEADER_BYTES,
+    RECORD_BYTES,
 };
-
 use crate::io::Io;
+use crate::WriterOptions;
+
+/// What the journal carries: small writes whole; large ones, or many, stay in place instead.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JournalLimits {
+    /// JSON bytes of one write above which they are synced in place.
+    pub json_inline_bytes_max: usize,
+    /// Record and key bytes journaled between two syncs above which they are synced in place.
+    pub records_bytes_max: usize,
+}
+
+impl JournalLimits {
+    pub fn of(options: &WriterOptions) -> Self {
+        JournalLimits {
+            json_inline_bytes_max: options.journal_inline_bytes_max,
+            records_bytes_max: options.journal_records_bytes_max,
+        }
+    }
+}
 
 /// One file of the open chunk with the bytes not yet written to it.
 #[derive(Debug)]
@@ -103,14 +122,17 @@ pub(crate) struct OpenChunk {
     journal_unsynced: bool,
     /// Whether JSON was written in place since `.json` was last synced.
     json_unsynced: bool,
-    /// JSON bytes of one write above which they are synced in place instead of journaled.
-    journal_inline_bytes_max: usize,
+    /// Whether records and keys were written in place since `.recs` and `.keys` were synced.
+    records_unsynced: bool,
+    /// Record and key bytes journaled since the last sync.
+    records_journaled: usize,
+    limits: JournalLimits,
 }
 
 impl OpenChunk {
     /// Creates the three empty files of chunk `seq` and its journal; the caller syncs the
     /// directory.
-    pub fn create(io: &Io, dir: &Path, seq: u64, journal_inline_bytes_max: usize) -> Result<Self> {
+    pub fn create(io: &Io, dir: &Path, seq: u64, limits: JournalLimits) -> Result<Self> {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
@@ -132,7 +154,9 @@ impl OpenChunk {
             last_is_commit: false,
             journal_unsynced: false,
             json_unsynced: false,
-            journal_inline_bytes_max,
+            records_unsynced: false,
+            records_journaled: 0,
+            limits,
         })
     }
 
@@ -145,7 +169,7 @@ impl OpenChunk {
         lens: ChunkLens,
         first: Option<LogOffset>,
         last: Option<(Record, bool)>,
-        journal_inline_bytes_max: usize,
+        limits: JournalLimits,
     ) -> Result<Self> {
         let open = |file, written| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
@@ -172,7 +196,9 @@ impl OpenChunk {
             last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
             journal_unsynced: false,
             json_unsynced: false,
-            journal_inline_bytes_max,
+            records_unsynced: false,
+            records_journaled: 0,
+            limits,
         })
     }
 
@@ -237,51 +263,84 @@ impl OpenChunk {
             keys: self.keys.buf.len() as u64,
             recs: self.recs.buf.len() as u64,
         };
-        // A large JSON buffer is synced in place (at the next sync) rather than written twice;
-        // the frame then carries only records and keys. Until both syncs are done nothing is
-        // reported durable, and record checksums catch in-place JSON that did not survive.
-        let in_place = self.json.buf.len() > self.journal_inline_bytes_max;
-        let flags = if in_place { FRAME_JSON_IN_PLACE } else { 0 };
-        let journal_json: &[u8] = if in_place { &[] } else { &self.json.buf };
+        // Large JSON is synced in place (at the next sync) rather than written twice, and so
+        // are records and keys once the journal holds enough of them since the last sync; the
+        // frame then carries only the rest. Until every sync is done nothing is reported
+        // durable, and record checksums catch in-place bytes that did not survive.
+        let json_in_place = self.json.buf.len() > self.limits.json_inline_bytes_max;
+        let records_len = self.recs.buf.len() + self.keys.buf.len();
+        let records_in_place = self.records_journaled + records_len > self.limits.records_bytes_max;
+        let empty: &[u8] = &[];
+        let journal_json = if json_in_place { empty } else { &self.json.buf };
+        let (journal_recs, journal_keys) = if records_in_place {
+            (empty, empty)
+        } else {
+            (&self.recs.buf[..], &self.keys.buf[..])
+        };
+        let mut flags = 0;
+        if json_in_place {
+            flags |= FRAME_JSON_IN_PLACE;
+        }
+        if records_in_place {
+            flags |= FRAME_RECORDS_IN_PLACE;
+        }
         let header =
-            FrameHeader { at, len, flags }.encode(&self.recs.buf, &self.keys.buf, journal_json);
-        let mut frame = Vec::with_capacity(header.len() + self.buffered_bytes());
-        for part in [&header[..], &self.recs.buf, &self.keys.buf, journal_json] {
+            FrameHeader { at, len, flags }.encode(journal_recs, journal_keys, journal_json);
+        let parts = [&header[..], journal_recs, journal_keys, journal_json];
+        let mut frame = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
             frame.extend_from_slice(part);
         }
         self.json.write_out(io)?;
-        self.json_unsynced |= in_place;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
         self.journal.append(io, &frame)?;
-
+        self.json_unsynced |= json_in_place;
+        self.records_unsynced |= records_in_place;
+        if !records_in_place {
+            self.records_journaled += records_len;
+        }
         self.journal_unsynced = true;
         Ok(())
     }
 
-    /// Writes the buffers and makes them durable with one `fdatasync` of the journal (and one
-    /// of `.json` if JSON was written in place since the last sync).
+    /// Writes the buffers and makes them durable with one `fdatasync` of the journal, and of
+    /// the chunk files written in place since the last sync (all started together).
     pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
         self.write_out(io)?;
-        if self.json_unsynced {
-            io.sync_data(&self.json.file, &self.json.path)?;
-            self.json_unsynced = false;
-        }
-        if self.journal_unsynced {
-            io.sync_data(&self.journal.file, &self.journal.path)?;
-            self.journal_unsynced = false;
-        }
-        Ok(())
+        let (json, records) = (self.json_unsynced, self.records_unsynced);
+        self.sync(io, json, records)
     }
 
     /// Writes the buffers and makes the chunk files and the journal durable, when the chunk
     /// closes: its files must be durable before its index entry, and its journal must describe
     /// all of it while it is not yet indexed (recovery then treats it as the tail).
     pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
-        self.write_and_sync_journal(io)?;
-        for a in [&self.json, &self.keys, &self.recs] {
-            io.sync_data(&a.file, &a.path)?;
+        self.write_out(io)?;
+        self.sync(io, true, true)
+    }
+
+    /// Syncs the journal if it was written, `.json` if `json`, `.recs` and `.keys` if
+    /// `records`, and starts a new sync interval.
+    fn sync(&mut self, io: &Io, json: bool, records: bool) -> Result<()> {
+        let chosen = [
+            (json, &self.json),
+            (records, &self.keys),
+            (records, &self.recs),
+        ];
+        let mut files: Vec<(&File, &Path)> = chosen
+            .into_iter()
+            .filter(|&(chosen, _)| chosen)
+            .map(|(_, a)| (&a.file, a.path.as_path()))
+            .collect();
+        if self.journal_unsynced {
+            files.push((&self.journal.file, self.journal.path.as_path()));
         }
+        io.sync_data_all(&files)?;
+        self.json_unsynced = false;
+        self.records_unsynced = false;
+        self.journal_unsynced = false;
+        self.records_journaled = 0;
         Ok(())
     }
 

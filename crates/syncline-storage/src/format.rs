@@ -31,9 +31,15 @@ pub const INDEX_TMP_FILE: &str = "index.tmp";
 pub const JOURNAL_HEADER_BYTES: usize = 64;
 /// Bytes of the header of each journal frame.
 pub const FRAME_HEADER_BYTES: usize = 64;
-/// Frame flag: the frame's JSON bytes are not in the journal; they were synced in place in the
-/// chunk's `.json` file before the frame was written.
+/// Frame flag: the frame's JSON bytes are not in the journal; they are synced in place in the
+/// chunk's `.json` file by the flush that syncs the frame.
 pub const FRAME_JSON_IN_PLACE: u32 = 1;
+/// Frame flag: the frame's records and keys are not in the journal; they are synced in place in
+/// the chunk's `.recs` and `.keys` files by the flush that syncs the frame.
+pub const FRAME_RECORDS_IN_PLACE: u32 = 2;
+/// Version of the journal layout: 2 added [`FRAME_RECORDS_IN_PLACE`]. Version 1 journals (which
+/// never set it) are still replayed; older code refuses version 2 rather than misread it.
+pub const JOURNAL_VERSION: u32 = 2;
 /// First eight bytes of a journal.
 pub const JOURNAL_MAGIC: [u8; 8] = *b"SYNCLJNL";
 /// First four bytes of a journal frame.
@@ -253,7 +259,7 @@ pub struct ChunkLens {
 pub fn encode_journal_header(base: ChunkLens) -> [u8; JOURNAL_HEADER_BYTES] {
     let mut buf = [0u8; JOURNAL_HEADER_BYTES];
     buf[0..8].copy_from_slice(&JOURNAL_MAGIC);
-    buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    buf[8..12].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
     buf[16..24].copy_from_slice(&base.json.to_le_bytes());
     buf[24..32].copy_from_slice(&base.keys.to_le_bytes());
     buf[32..40].copy_from_slice(&base.recs.to_le_bytes());
@@ -262,11 +268,11 @@ pub fn encode_journal_header(base: ChunkLens) -> [u8; JOURNAL_HEADER_BYTES] {
     buf
 }
 
-/// Decodes a journal header; `None` if it is damaged or of another version.
+/// Decodes a journal header; `None` if it is damaged or of an unknown version.
 pub fn decode_journal_header(buf: &[u8]) -> Option<ChunkLens> {
     let ok = buf.len() == JOURNAL_HEADER_BYTES
         && buf[0..8] == JOURNAL_MAGIC
-        && u32::from_le_bytes(buf[8..12].try_into().unwrap()) == FORMAT_VERSION
+        && (1..=JOURNAL_VERSION).contains(&u32::from_le_bytes(buf[8..12].try_into().unwrap()))
         && crc32fast::hash(&buf[0..60]) == u32::from_le_bytes(buf[60..64].try_into().unwrap());
     ok.then(|| ChunkLens {
         json: u64_at(buf, 16),
@@ -292,19 +298,29 @@ impl FrameHeader {
         self.flags & FRAME_JSON_IN_PLACE != 0
     }
 
-    /// Bytes of payload following the header in the journal.
-    pub fn payload_len(&self) -> u64 {
-        self.len.recs
-            + self.len.keys
-            + if self.json_in_place() {
-                0
-            } else {
-                self.len.json
-            }
+    /// Whether the frame's records and keys were synced in place rather than carried in the
+    /// journal.
+    pub fn records_in_place(&self) -> bool {
+        self.flags & FRAME_RECORDS_IN_PLACE != 0
     }
 
-    /// Encodes the header; the checksum covers it and the frame's payload (`json` is empty
-    /// for a frame whose JSON is in place).
+    /// Bytes of payload following the header in the journal.
+    pub fn payload_len(&self) -> u64 {
+        let records = if self.records_in_place() {
+            0
+        } else {
+            self.len.recs + self.len.keys
+        };
+        let json = if self.json_in_place() {
+            0
+        } else {
+            self.len.json
+        };
+        records + json
+    }
+
+    /// Encodes the header; the checksum covers it and the frame's payload (empty slices for
+    /// the parts that are in place).
     pub fn encode(&self, recs: &[u8], keys: &[u8], json: &[u8]) -> [u8; FRAME_HEADER_BYTES] {
         let mut buf = [0u8; FRAME_HEADER_BYTES];
         buf[0..4].copy_from_slice(&FRAME_MAGIC);
@@ -485,8 +501,20 @@ mod tests {
         };
         let buf = frame.encode(&[7; 40], b"k", b"abc");
         assert_eq!(FrameHeader::decode(&buf), Some(frame));
+        assert_eq!(frame.payload_len(), 44);
         assert!(FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abc"));
         assert!(!FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abd"));
+        let in_place = FrameHeader {
+            flags: FRAME_JSON_IN_PLACE | FRAME_RECORDS_IN_PLACE,
+            ..frame
+        };
+        assert!(in_place.json_in_place() && in_place.records_in_place());
+        assert_eq!(in_place.payload_len(), 0);
+        let mut v1 = encode_journal_header(base);
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32fast::hash(&v1[0..60]);
+        v1[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_journal_header(&v1), Some(base));
         assert_eq!(parse_journal_name("0000000003.journal"), Some(3));
         assert_eq!(parse_journal_name("3.journal"), None);
     }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -169,6 +170,21 @@ impl Io {
         Ok(())
     }
 
+    /// `fdatasync` of several files, each one a boundary. Writeback of every file is started
+    /// before waiting on any, so that their data and metadata reach the disk together (on ext4,
+    /// in one journal commit instead of one per file).
+    pub fn sync_data_all(&self, files: &[(&File, &Path)]) -> Result<()> {
+        if files.len() > 1 {
+            for (file, _) in files {
+                start_writeback(file);
+            }
+        }
+        for (file, path) in files {
+            self.sync_data(file, path)?;
+        }
+        Ok(())
+    }
+
     /// Sets a file's size to `len` bytes without syncing (a larger size reads as zeros).
     pub fn set_len(&self, file: &File, path: &Path, len: u64) -> Result<()> {
         self.boundary(path)?;
@@ -230,4 +246,12 @@ impl Io {
         }
         Ok(())
     }
+}
+
+/// Starts writing a file's dirty pages to the disk without waiting (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`). Only a hint that changes nothing a crash could observe (unsynced
+/// bytes may reach the disk at any time anyway); an I/O error shows at the `fdatasync` after it.
+fn start_writeback(file: &File) {
+    // SAFETY: sync_file_range on a descriptor we own; no memory is involved.
+    unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }

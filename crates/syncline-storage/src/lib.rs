@@ -4,7 +4,8 @@
 //! one file (so a response body is one contiguous file range), fixed-width records with offsets
 //! and positions in a second, and keys in a third. Closed chunks are immutable and listed in a
 //! sparse index of fixed-width entries; the chunks not yet indexed are made durable through a
-//! journal, so a flush costs one `fdatasync`. One [`Writer`] per shape appends, commits and
+//! journal, so a small flush costs one `fdatasync` (a large one also syncs the chunk files it
+//! wrote in place, rather than writing its bytes twice). One [`Writer`] per shape appends, commits and
 //! flushes in batches; any number of [`Reader`]s, in any process, read through the files alone.
 //! `docs/storage-format.md` specifies the layout, the write order and recovery.
 //!
@@ -52,7 +53,7 @@ pub use message::{Message, Operation};
 pub use reader::{FileRange, ReadResult, Reader};
 pub use store::{
     Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_INLINE_BYTES_MAX_DEFAULT,
-    SHAPE_ID_BYTES_MAX, WRITE_BUFFER_BYTES_MAX_DEFAULT,
+    JOURNAL_RECORDS_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX, WRITE_BUFFER_BYTES_MAX_DEFAULT,
 };
 pub use syncline_core::LogOffset;
 pub use writer::Writer;

@@ -2,11 +2,11 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::OpenChunk;
+use crate::chunk::{JournalLimits, OpenChunk};
 use crate::error::{corrupt, io_err, Result, StorageError};
 use crate::format::{
     chunk_path, decode_journal_header, journal_path, parse_chunk_name, parse_journal_name,
@@ -59,7 +59,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         scan.lens,
         scan.first,
         last,
-        options.journal_inline_bytes_max,
+        JournalLimits::of(options),
     )?;
     io.sync_dir(dir)?;
     let scan = Some(scan);
@@ -76,7 +76,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         _lock: lock,
         chunk_bytes_max: meta.chunk_bytes_max,
         write_buffer_bytes_max: options.write_buffer_bytes_max,
-        journal_inline_bytes_max: options.journal_inline_bytes_max,
+        journal_limits: JournalLimits::of(options),
         index,
         indexed,
         tail,
@@ -192,12 +192,24 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
         else {
             break;
         };
-        let (r, rest) = payload.split_at(header.len.recs as usize);
-        let (k, j) = rest.split_at(header.len.keys as usize);
-        let json_end = pos.json + header.len.json;
-        let json_present = !header.json_in_place() || file_len(&json.0, &json.1)? >= json_end;
+        let (r, k, j) = if header.records_in_place() {
+            (&[][..], &[][..], payload)
+        } else {
+            let (r, rest) = payload.split_at(header.len.recs as usize);
+            let (k, j) = rest.split_at(header.len.keys as usize);
+            (r, k, j)
+        };
+        // Bytes kept in place must at least be there; record checksums verify them next.
+        let reaches = |(file, path): &(File, PathBuf), end: u64| -> Result<bool> {
+            Ok(file_len(file, path)? >= end)
+        };
+        let in_place_present = (!header.json_in_place()
+            || reaches(&json, pos.json + header.len.json)?)
+            && (!header.records_in_place()
+                || (reaches(&recs, pos.recs + header.len.recs)?
+                    && reaches(&keys, pos.keys + header.len.keys)?));
         if header.at != pos
-            || !json_present
+            || !in_place_present
             || !FrameHeader::checksum_matches(&bytes[at..at + FRAME_HEADER_BYTES], r, k, j)
         {
             break;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::OpenChunk;
+use crate::chunk::{JournalLimits, OpenChunk};
 use crate::error::{Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, INDEX_FILE,
@@ -27,7 +27,7 @@ pub struct Writer {
     pub(crate) _lock: File,
     pub(crate) chunk_bytes_max: u64,
     pub(crate) write_buffer_bytes_max: usize,
-    pub(crate) journal_inline_bytes_max: usize,
+    pub(crate) journal_limits: JournalLimits,
     pub(crate) index: File,
     /// Entries durable in the index file, in chunk order.
     pub(crate) indexed: Vec<ChunkEntry>,
@@ -188,12 +188,7 @@ impl Writer {
         } else {
             self.closed_pending.push(entry);
         }
-        self.tail = OpenChunk::create(
-            &self.io,
-            &self.dir,
-            self.tail.seq + 1,
-            self.journal_inline_bytes_max,
-        )?;
+        self.tail = OpenChunk::create(&self.io, &self.dir, self.tail.seq + 1, self.journal_limits)?;
         self.dir_dirty = true;
         Ok(())
     }

@@ -18,12 +18,13 @@ const WORKLOAD_TXNS: u64 = 16;
 const COMPACT_AFTER_TXN: u64 = 10;
 
 /// Small chunks and buffers so the workload crosses many chunk ends, mid-transaction too, and
-/// writes both through the journal and in place.
+/// writes JSON, records and keys both through the journal and in place.
 fn options(plan: Option<Arc<FaultPlan>>) -> WriterOptions {
     WriterOptions {
         chunk_bytes_max: 2_000,
         write_buffer_bytes_max: 1_024,
         journal_inline_bytes_max: 400,
+        journal_records_bytes_max: 500,
         fault_plan: plan,
     }
 }

@@ -144,6 +144,7 @@ fn options(plan: Arc<FaultPlan>) -> WriterOptions {
         chunk_bytes_max: 400,
         write_buffer_bytes_max: 256,
         journal_inline_bytes_max: 120,
+        journal_records_bytes_max: 150,
         fault_plan: Some(plan),
     }
 }
