@@ -62,6 +62,7 @@ fn relation() -> RelationDesc {
         type_mod: -1,
         not_null: pk.is_some(),
         pk_index: pk,
+        array_dims: 0,
     };
     RelationDesc {
         oid: 1,

@@ -76,6 +76,10 @@ pub struct ColumnDesc {
     pub not_null: bool,
     /// Position within the primary key, if the column is part of it.
     pub pk_index: Option<usize>,
+    /// Declared array dimensions (`attndims`: `int4[][]` has 2); 0 for other columns, and for
+    /// arrays whose dimensions were not declared (Postgres does not enforce them).
+    #[serde(default)]
+    pub array_dims: u32,
 }
 
 /// A table as Syncline sees it: identity, columns in attribute order, replica identity.

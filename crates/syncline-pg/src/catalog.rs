@@ -46,7 +46,7 @@ pub async fn load_relation_by_oid(client: &Client, oid: u32) -> PgResult<Option<
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, \
                (SELECT array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) \
-                FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary) \
+                FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary), a.attndims::int4 \
              FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
             &[&oid],
@@ -61,6 +61,7 @@ pub async fn load_relation_by_oid(client: &Client, oid: u32) -> PgResult<Option<
             type_mod: row.get(2),
             not_null: row.get(3),
             pk_index: pk_position.map(|p| p as usize),
+            array_dims: u32::try_from(row.get::<_, i32>(5)).unwrap_or(0),
         });
     }
     Ok(Some(RelationDesc {

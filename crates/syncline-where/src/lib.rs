@@ -14,7 +14,7 @@
 //! use syncline_where::{Row, RowTypes, Where};
 //!
 //! let int4 = PgType { oid: 23, name: "int4".into(), kind: TypeKind::Base };
-//! let column = ColumnDesc { name: "owner".into(), pg_type: int4, type_mod: -1, not_null: true, pk_index: Some(0) };
+//! let column = ColumnDesc { name: "owner".into(), pg_type: int4, type_mod: -1, not_null: true, pk_index: Some(0), array_dims: 0 };
 //! let relation = RelationDesc {
 //!     oid: 16384, schema: "public".into(), name: "items".into(),
 //!     columns: vec![column], replica_identity: ReplicaIdentity::Full,

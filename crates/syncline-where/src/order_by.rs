@@ -111,6 +111,7 @@ mod tests {
             type_mod: -1,
             not_null: false,
             pk_index: None,
+            array_dims: 0,
         };
         RelationDesc {
             oid: 1,

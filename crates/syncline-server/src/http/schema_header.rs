@@ -13,10 +13,9 @@
 use serde_json::{Map, Value};
 use syncline_core::{ColumnDesc, RelationDesc, TypeKind};
 
-/// Array dimensions reported for an array column. `RelationDesc` does not carry `attndims`
-/// (which Postgres does not enforce and often leaves 0); every array counts as one dimension,
-/// which is all the client needs to parse it as an array.
-pub const ARRAY_DIMS: u32 = 1;
+/// Dimensions reported for an array column whose dimensions were not declared (`attndims`
+/// 0, e.g. made by `CREATE TABLE AS`): one, so the client still parses it as an array.
+pub const ARRAY_DIMS_UNDECLARED: u32 = 1;
 
 /// The header value for the columns of `relation` named in `selected` (all columns when
 /// `None`); names not on the relation are skipped (the caller has validated them).
@@ -36,7 +35,10 @@ pub fn electric_schema(relation: &RelationDesc, selected: Option<&[String]>) -> 
 
 fn column_schema(column: &ColumnDesc) -> Map<String, Value> {
     let (type_name, dims) = match &column.pg_type.kind {
-        TypeKind::Array(element) => (element.name.as_str(), Some(ARRAY_DIMS)),
+        TypeKind::Array(element) => (
+            element.name.as_str(),
+            Some(column.array_dims.max(ARRAY_DIMS_UNDECLARED)),
+        ),
         _ => (column.pg_type.name.as_str(), None),
     };
     let mut keys: Vec<(&str, Value)> = vec![("type", type_name.into())];
@@ -148,6 +150,7 @@ mod tests {
             type_mod,
             not_null: false,
             pk_index: None,
+            array_dims: 0,
         }
     }
 
@@ -178,6 +181,7 @@ mod tests {
         let id = ColumnDesc {
             not_null: true,
             pk_index: Some(0),
+            array_dims: 0,
             ..col("id", base("uuid"), -1)
         };
         let ints = col("ints", array_of(base("int8")), -1);
@@ -350,5 +354,10 @@ mod tests {
             one(pk_array),
             r#"{"dims":1,"not_null":true,"pk_index":1,"precision":10,"scale":2,"type":"numeric"}"#
         );
+        let matrix = ColumnDesc {
+            array_dims: 2,
+            ..col("m", array_of(base("int4")), -1)
+        };
+        assert_eq!(one(matrix), r#"{"dims":2,"type":"int4"}"#);
     }
 }

@@ -29,6 +29,7 @@ fn relation() -> RelationDesc {
         type_mod: -1,
         not_null: false,
         pk_index: None,
+        array_dims: 0,
     };
     let columns = vec![
         column("i", base("int4")),

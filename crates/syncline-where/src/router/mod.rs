@@ -161,6 +161,7 @@ mod tests {
             type_mod: -1,
             not_null: false,
             pk_index: None,
+            array_dims: 0,
         };
         let int4 = PgType {
             oid: 23,

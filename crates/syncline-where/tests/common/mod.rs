@@ -306,6 +306,7 @@ pub fn relation() -> RelationDesc {
         type_mod: -1,
         not_null: true,
         pk_index: Some(0),
+        array_dims: 0,
     }];
     columns.extend(COLS.iter().map(|c| ColumnDesc {
         name: c.name.into(),
@@ -313,6 +314,7 @@ pub fn relation() -> RelationDesc {
         type_mod: -1,
         not_null: false,
         pk_index: None,
+        array_dims: 0,
     }));
     RelationDesc {
         oid: 1,
