@@ -49,6 +49,9 @@ pub const FRAME_MAGIC: [u8; 4] = *b"SJFR";
 pub const FLAG_MERGED: u8 = 1;
 /// Record and entry flag: the initial snapshot is complete at this point of the log.
 pub const FLAG_SNAPSHOT_DONE: u8 = 2;
+/// Entry flag: appended together with the next entry in one write; the entry counts only once
+/// that one is intact too (a torn write never lists part of a transaction's chunks).
+pub const ENTRY_CONTINUED: u16 = 1;
 
 /// What a record stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,7 +159,8 @@ pub struct ChunkEntry {
     pub keys_len: u64,
     /// Rewrite generation: 0 as appended, +1 per compaction; part of the file names.
     pub gen: u16,
-    /// `FLAG_SNAPSHOT_DONE` if the snapshot was complete at the chunk's end.
+    /// `FLAG_SNAPSHOT_DONE` if the snapshot was complete at the chunk's end; `ENTRY_CONTINUED`
+    /// on every entry but the last of a group appended at once.
     pub flags: u16,
 }
 

@@ -234,7 +234,9 @@ impl Reader {
             self.entries.last().copied(),
         );
         self.entries.extend(new);
-        self.index_seen = (ino, len);
+        // Bytes past the decoded entries (an entry or group being written) are read again next
+        // time, even if the file does not grow meanwhile.
+        self.index_seen = (ino, (self.entries.len() * ENTRY_BYTES) as u64);
         Ok(())
     }
 

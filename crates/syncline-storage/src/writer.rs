@@ -8,7 +8,8 @@ use syncline_core::LogOffset;
 use crate::chunk::{JournalLimits, OpenChunk};
 use crate::error::{Result, StorageError};
 use crate::format::{
-    journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, INDEX_FILE,
+    journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED, FLAG_SNAPSHOT_DONE,
+    INDEX_FILE,
 };
 use crate::io::Io;
 use crate::message::Message;
@@ -193,16 +194,25 @@ impl Writer {
         Ok(())
     }
 
-    /// Appends the index entries of closed, committed chunks, syncs the index, and removes the
-    /// journals of those chunks.
+    /// Appends the index entries of closed, committed chunks in one write (each but the last
+    /// marked continued, so that a torn write lists none of them), syncs the index, and removes
+    /// the journals of those chunks.
     fn append_index_entries(&mut self) -> Result<()> {
-        if self.closed_committed.is_empty() {
+        let Some(last) = self.closed_committed.len().checked_sub(1) else {
             return Ok(());
-        }
+        };
         let bytes: Vec<u8> = self
             .closed_committed
             .iter()
-            .flat_map(|e| e.encode())
+            .enumerate()
+            .flat_map(|(i, e)| {
+                let continued = if i < last { ENTRY_CONTINUED } else { 0 };
+                ChunkEntry {
+                    flags: e.flags | continued,
+                    ..*e
+                }
+                .encode()
+            })
             .collect();
         let path = self.dir.join(INDEX_FILE);
         let pos = (self.indexed.len() * ENTRY_BYTES) as u64;

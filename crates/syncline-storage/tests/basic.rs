@@ -263,3 +263,30 @@ fn a_huge_transaction_streams_through_bounded_buffers() {
     w.flush().unwrap();
     assert_eq!(read_all(&mut r, None).0, lines_of(&all));
 }
+
+/// A reader that found the index's last entry torn (being written) reads it again on the next
+/// read, even when the file's length does not change meanwhile.
+#[test]
+fn a_torn_index_entry_is_read_again_once_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    for tx in 1..=20 {
+        let msgs = txn(tx, 9);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        w.flush().unwrap();
+    }
+    let index = w.dir().join("index");
+    let complete = std::fs::read(&index).unwrap();
+    let entries = complete.len() / 64;
+    assert!(entries >= 2);
+    let mut torn = complete.clone();
+    torn[complete.len() - 10] ^= 0xff;
+    std::fs::write(&index, &torn).unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    assert_eq!(r.closed_chunks().unwrap(), entries - 1);
+    std::fs::write(&index, &complete).unwrap();
+    assert_eq!(r.closed_chunks().unwrap(), entries);
+}

@@ -225,3 +225,52 @@ fn a_writer_killed_mid_stream_recovers_a_committed_prefix() {
         assert!(w.durable_offset() >= Some(LogOffset::new(durable, 0)));
     }
 }
+
+/// A transaction that spans several chunks gets their index entries in one write at the flush
+/// after its commit. A power cut that keeps only a prefix of that write must not leave the first
+/// chunks listed and the rest of the transaction gone: the log stays a prefix of whole
+/// transactions.
+#[test]
+fn a_torn_index_append_never_exposes_part_of_a_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = |plan| WriterOptions {
+        chunk_bytes_max: 300,
+        fault_plan: Some(plan),
+        ..WriterOptions::default()
+    };
+    // Messages of ~150 bytes: transactions 5 and 6 (6 and 7 messages) span 3-4 chunks each.
+    let write = |root: &Path, plan: Arc<FaultPlan>, txns: u64| -> Result<()> {
+        let mut w = Store::open(root)?.create_shape(SHAPE, &small(plan))?;
+        for t in 1..=txns {
+            let txn = workload_txn(t);
+            w.append(&txn.iter().map(Owned::as_message).collect::<Vec<_>>())?;
+            w.commit()?;
+            w.flush()?;
+        }
+        Ok(())
+    };
+    let (before, all) = (FaultPlan::unlimited(), FaultPlan::unlimited());
+    write(&dir.path().join("before"), before.clone(), 4).unwrap();
+    write(&dir.path().join("all"), all.clone(), 6).unwrap();
+    for stop in before.boundaries()..all.boundaries() {
+        for kept in [64, 150] {
+            let root = dir.path().join(format!("stop-{stop}-{kept}"));
+            let plan = FaultPlan::stop_at(stop);
+            assert!(write(&root, plan.clone(), 6).is_err());
+            plan.simulate_power_loss(false, |unsynced| unsynced.min(kept))
+                .unwrap();
+            let store = Store::open(&root).unwrap();
+            drop(
+                store
+                    .open_writer(SHAPE, &small(FaultPlan::unlimited()))
+                    .unwrap(),
+            );
+            let (lines, _) = read_all(&mut store.open_reader(SHAPE).unwrap(), None);
+            assert!(
+                committed_prefix(&lines) >= 4,
+                "a durable transaction was lost"
+            );
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+}
