@@ -2,13 +2,19 @@
 //! otherwise pick (SQLite through rusqlite, and the fjall LSM tree), plus raw file baselines,
 //! all measured in one run on the same machine; the harness writes `target/bench/storage.json`.
 //!
-//! Every engine sits behind [`ShapeLog`] with the same durability policy: each transaction is
-//! durable (fdatasync'd) before the next one starts. Reads copy the response bytes into a buffer,
-//! as a server without `sendfile` would; page caches are warm for every engine.
+//! Appends: every engine sits behind [`ShapeLog`] and runs under two durability policies,
+//! applied alike to all: each transaction durable before the next starts, and the server's
+//! batched policy (one flush once [`FLUSH_DELAY_MAX`] has passed since the first unflushed
+//! commit). Reads: every engine produces response bodies into a [`Sink`], a pipe drained to
+//! `/dev/null` standing in for a client socket, so each pays what a server pays to get the
+//! bytes out: Syncline `sendfile`s its file ranges (and, separately, as `syncline-server` does
+//! today: ranges up to 256 KiB read, larger ones memory-mapped, then written), the peers query
+//! rows and write the assembled bytes. Page caches are warm for every engine.
 
 use std::error::Error;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, IoSlice, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
@@ -16,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use syncline_core::LogOffset;
-use syncline_storage::{Message, Operation, Reader, Store, Writer, WriterOptions};
+use syncline_storage::{FileRange, Message, Operation, Reader, Store, Writer, WriterOptions};
 
 /// Errors of this scenario.
 pub type BenchError = Box<dyn Error + Send + Sync>;
@@ -25,20 +31,39 @@ type Result<T, E = BenchError> = std::result::Result<T, E>;
 /// Bytes of every message's JSON (Electric's messages are ~200 bytes).
 const MESSAGE_BYTES: usize = 200;
 /// Chunk threshold of the Syncline log the read figures use (reads are measured in chunks; at
-/// the 10 MiB default, 200 readers of 10 chunks would copy 20 GB).
+/// the 10 MiB default, the peers' 200 readers of 10 chunks would copy 20 GB; the default size is
+/// measured for Syncline and the raw file alone).
 const READ_CHUNK_BYTES_MAX: u64 = 256 * 1024;
-/// Transaction sizes (messages) and how many transactions each append figure times.
-const APPEND_RUNS: [(usize, u64); 3] = [(1, 600), (20, 400), (1000, 100)];
+/// Transaction sizes (messages) and how many transactions each durable-per-transaction append
+/// figure times.
+const APPEND_RUNS: [(usize, u64); 3] = [(1, 2700), (20, 1800), (1000, 900)];
+/// Transaction sizes and how many transactions each batched append figure times.
+const BATCHED_APPEND_RUNS: [(usize, u64); 3] = [(1, 1_800_000), (20, 135_000), (1000, 2700)];
+/// The batched policy's flush interval: `syncline-server` flushes every touched shape log once
+/// commits have waited this long (`FLUSH_DELAY_MAX` in `crates/syncline-server/src/pipeline`).
+const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
 /// Rounds the append figures are split into (engines take turns; medians are reported).
-const APPEND_ROUNDS: u64 = 5;
+const APPEND_ROUNDS: u64 = 9;
 /// 1000-message transactions in the log the read figures use (~25 MB, ~100 chunks).
 const READ_LOG_TXNS: u64 = 128;
 /// Random offsets each read figure averages over.
 const READ_SAMPLES: usize = 200;
+/// 1000-message transactions in the log read with the default 10 MiB chunks (~120 MB, 11
+/// chunks), Syncline against the raw file only (the peers would copy 100 MB per read).
+const DEFAULT_CHUNK_LOG_TXNS: u64 = 600;
+/// Transactions of that log's first chunk, where its reads start.
+const DEFAULT_CHUNK_FIRST_TXNS: u64 = 45;
+/// Random offsets the default-chunk read figure averages over.
+const DEFAULT_CHUNK_SAMPLES: usize = 20;
 /// Readers started together in the concurrency figure.
 const CONCURRENT_READERS: usize = 200;
 /// Rounds of the concurrency figure (engines take turns; medians are reported).
 const CONCURRENT_ROUNDS: usize = 3;
+/// Size asked for each sink's pipe (the kernel may grant less; the granted size is reported).
+const SINK_PIPE_BYTES: usize = 1024 * 1024;
+/// Ranges up to this size are read into memory by `syncline-server`, larger ones memory-mapped
+/// (`READ_RANGE_BYTES_MAX` in `crates/syncline-server/src/http/body.rs`).
+const SERVER_READ_RANGE_BYTES_MAX: u64 = 256 * 1024;
 
 /// One message with its offset.
 #[derive(Clone)]
@@ -50,16 +75,30 @@ struct Msg {
 
 /// A shape log built on some storage engine.
 trait ShapeLog {
-    /// Appends one transaction and returns once it is durable.
-    fn append_durable(&mut self, txn: &[Msg]) -> Result<()>;
+    /// Appends one transaction; it is durable once [`ShapeLog::flush`] returns.
+    fn append(&mut self, txn: &[Msg]) -> Result<()>;
+    /// Makes every appended transaction durable.
+    fn flush(&mut self) -> Result<()>;
     /// A reader that may run on another thread.
     fn reader(&self) -> Result<Box<dyn ShapeLogReader>>;
 }
 
-/// Reads a shape log.
+/// Reads a shape log the way a server answers requests.
 trait ShapeLogReader: Send {
-    /// Appends to `out` the JSON of the `count` messages after `from`.
-    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()>;
+    /// Sends the response bodies holding the `count` messages after `from` into `sink`.
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()>;
+    /// The bytes [`ShapeLogReader::send`] sends (to check every engine serves the same bytes).
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>>;
+}
+
+/// When transactions become durable.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// Each transaction is flushed before the next is appended.
+    PerTransaction,
+    /// A flush once [`FLUSH_DELAY_MAX`] has passed since the first unflushed append, and at
+    /// the end.
+    Batched,
 }
 
 /// Runs the scenario and returns its JSON (the harness writes it to `target/bench/storage.json`).
@@ -68,30 +107,44 @@ pub fn run() -> Result<Value> {
     let mut figures = Map::new();
     let mut baselines = Map::new();
     let mut ratios = Map::new();
-    for (ops, txns) in APPEND_RUNS {
-        let (name, mut tps) = append_figure(work.path(), ops, txns)?;
-        let raw = tps.remove("raw_write_fdatasync").unwrap().as_f64().unwrap();
-        ratios.insert(
-            format!("append_{ops}_ratio_vs_raw"),
-            json!(raw / tps["syncline"].as_f64().unwrap()),
+    let mut txns_per_flush = Map::new();
+    for (durability, runs, suffix) in [
+        (Durability::PerTransaction, APPEND_RUNS, ""),
+        (Durability::Batched, BATCHED_APPEND_RUNS, "_batched"),
+    ] {
+        for (ops, txns) in runs {
+            let (mut tps, flushes) = append_figure(work.path(), ops, txns, durability)?;
+            let raw = tps.remove("raw_write_fdatasync").unwrap().as_f64().unwrap();
+            ratios.insert(
+                format!("append_{ops}{suffix}_ratio_vs_raw"),
+                json!(raw / tps["syncline"].as_f64().unwrap()),
+            );
+            baselines.insert(
+                format!("raw_write_fdatasync_txn_{ops}_ops{suffix}"),
+                json!(raw),
+            );
+            if durability == Durability::Batched {
+                txns_per_flush.insert(format!("append_txn_{ops}_ops_batched"), flushes);
+            }
+            figures.insert(format!("append_txn_{ops}_ops{suffix}"), json!(tps));
+        }
+        let tps_1000 = &figures[&format!("append_txn_1000_ops{suffix}")];
+        let best_peer = tps_1000["sqlite"]
+            .as_f64()
+            .unwrap()
+            .max(tps_1000["fjall"].as_f64().unwrap());
+        figures.insert(
+            format!("append_1000{suffix}_speedup_vs_best_peer"),
+            json!(tps_1000["syncline"].as_f64().unwrap() / best_peer),
         );
-        baselines.insert(format!("raw_write_fdatasync_txn_{ops}_ops"), json!(raw));
-        figures.insert(name, json!(tps));
+        figures.insert(
+            format!("append{suffix}_ratio_vs_raw"),
+            ratios[&format!("append_1000{suffix}_ratio_vs_raw")].clone(),
+        );
     }
-    let tps_1000 = &figures["append_txn_1000_ops"];
-    let best_peer = tps_1000["sqlite"]
-        .as_f64()
-        .unwrap()
-        .max(tps_1000["fjall"].as_f64().unwrap());
-    figures.insert(
-        "append_1000_speedup_vs_best_peer".into(),
-        json!(tps_1000["syncline"].as_f64().unwrap() / best_peer),
-    );
-    figures.insert(
-        "append_ratio_vs_raw".into(),
-        ratios["append_1000_ratio_vs_raw"].clone(),
-    );
-    read_figures(work.path(), &mut figures, &mut baselines)?;
+    let sink_pipe_bytes = Sink::new()?.capacity;
+    read_figures(work.path(), &mut figures, &mut baselines, &mut ratios)?;
+    default_chunk_read_figure(work.path(), &mut figures, &mut baselines)?;
     let result = json!({
         "scenario": "storage",
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -100,27 +153,65 @@ pub fn run() -> Result<Value> {
             "append_chunk_bytes_max": syncline_storage::CHUNK_BYTES_MAX_DEFAULT,
             "read_chunk_bytes_max": READ_CHUNK_BYTES_MAX,
             "append_rounds": APPEND_ROUNDS,
-            "append_runs": APPEND_RUNS.iter().map(|(ops, txns)| json!({"ops_per_txn": ops, "txns": txns})).collect::<Vec<_>>(),
+            "append_runs": runs_json(&APPEND_RUNS),
+            "batched_append_runs": runs_json(&BATCHED_APPEND_RUNS),
+            "batched_flush_delay_max_ms": FLUSH_DELAY_MAX.as_secs_f64() * 1e3,
             "read_log_txns": READ_LOG_TXNS,
             "read_log_ops_per_txn": 1000,
             "read_samples": READ_SAMPLES,
+            "default_chunk_log_txns": DEFAULT_CHUNK_LOG_TXNS,
+            "default_chunk_samples": DEFAULT_CHUNK_SAMPLES,
             "concurrent_readers": CONCURRENT_READERS,
             "concurrent_rounds": CONCURRENT_ROUNDS,
+            "sink_pipe_bytes": sink_pipe_bytes,
             "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         },
-        "durability_policy": "every transaction is durable before the next starts: syncline flush() \
-            (fdatasync of data, index, directory as needed); SQLite WAL with synchronous=FULL (WAL \
-            synced at each commit); fjall write batch committed with PersistMode::SyncData",
-        "read_policy": "response bytes copied into a user buffer (pread / row values); warm page cache",
+        "durability_policy": {
+            "append_txn_*_ops": "every transaction is durable before the next starts: syncline \
+                append + commit + flush() (fdatasync of the journal and of the chunk files \
+                written in place, started together; at chunk ends also the chunk files, \
+                directory and index); SQLite WAL with synchronous=FULL, one SQL transaction per \
+                transaction (WAL synced at each commit); fjall one write batch per transaction \
+                committed with PersistMode::SyncData; raw: the JSON written (buffered in 64 KiB, \
+                larger transactions with one writev) + fdatasync",
+            "append_txn_*_ops_batched": "the server's policy, alike for every engine: each \
+                transaction appended and committed as it comes, one flush once 10 ms have \
+                passed since the first unflushed commit, and at the end: syncline commit per \
+                transaction, flush() per batch; SQLite (WAL, synchronous=FULL) one SQL \
+                transaction per batch; fjall one write batch per transaction without \
+                durability, Database::persist(PersistMode::SyncData) per batch; raw: the JSON \
+                written as above, fdatasync per batch",
+        },
+        "read_policy": "each read produces the response bodies holding the messages after a \
+            random offset into a sink: a pipe of sink_pipe_bytes, spliced to /dev/null after \
+            every write into it (standing in for a client socket; draining is timed). syncline: \
+            Reader::read per response (locate the chunk and message) and sendfile of the file \
+            range into the pipe; syncline_mmap: as crates/syncline-server/src/http/body.rs does \
+            today, ranges up to 256 KiB pread into a new buffer, larger ones mmap'd, then \
+            written into the pipe and unmapped; sqlite / fjall: range query of the messages, \
+            JSON appended to a buffer reused across reads, written into the pipe; raw_sendfile: \
+            sendfile of the same bytes from one flat file; raw_read: pread of the same bytes \
+            into a reused buffer, then written into the pipe. Warm page cache and block caches; \
+            read_N_chunks reads N whole Syncline responses, the others the same messages; \
+            read_10_default_chunks: the same with chunks of the default 10 MiB, syncline and \
+            raw_sendfile only",
         "units": {"append_*": "transactions per second", "read_*_chunks": "mean microseconds per read",
-            "concurrent_*": "milliseconds wall time for all readers", "*_ratio_vs_raw": "engine time / raw time"},
+            "concurrent_*": "milliseconds wall time for all readers", "*_ratio_vs_raw": "engine time / raw time",
+            "batched_txns_per_flush": "transactions per flush, per engine"},
         "figures": figures,
         "baselines": baselines,
         "ratios": ratios,
+        "batched_txns_per_flush": txns_per_flush,
         "goals": {"append_1000_speedup_vs_best_peer": ">= 10", "read_10_speedup_vs_best_peer": ">= 10",
             "append_ratio_vs_raw": "<= 1.5", "read_ratio_vs_raw": "<= 1.5"},
     });
     Ok(result)
+}
+
+fn runs_json(runs: &[(usize, u64)]) -> Value {
+    runs.iter()
+        .map(|(ops, txns)| json!({"ops_per_txn": ops, "txns": txns}))
+        .collect()
 }
 
 /// A message of ~200 bytes of Electric-like JSON, padded to exactly [`MESSAGE_BYTES`].
@@ -162,10 +253,16 @@ fn engines(dir: &Path, chunk_bytes_max: u64) -> Result<Vec<(&'static str, Box<dy
     ])
 }
 
-/// `append_txn_<ops>_ops`: durable transactions per second for each engine and for the raw
-/// baseline. The engines take turns in `APPEND_ROUNDS` rounds and each figure is the median of
-/// its rounds, so that disk contention from other work on the machine hits all alike.
-fn append_figure(work: &Path, ops: usize, txns: u64) -> Result<(String, Map<String, Value>)> {
+/// `append_txn_<ops>_ops[_batched]`: transactions per second for each engine and for the raw
+/// baseline, under `durability`, and (batched) the transactions per flush of each. The engines
+/// take turns in `APPEND_ROUNDS` rounds and each figure is the median of its rounds, so that
+/// disk contention from other work on the machine hits all alike.
+fn append_figure(
+    work: &Path,
+    ops: usize,
+    txns: u64,
+    durability: Durability,
+) -> Result<(Map<String, Value>, Value)> {
     let dir = work.join(format!("append-{ops}"));
     let mut logs = engines(&dir, syncline_storage::CHUNK_BYTES_MAX_DEFAULT)?;
     logs.push((
@@ -174,26 +271,47 @@ fn append_figure(work: &Path, ops: usize, txns: u64) -> Result<(String, Map<Stri
     ));
     let per_round = txns / APPEND_ROUNDS;
     let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); logs.len()];
+    let mut flushes = vec![0u64; logs.len()];
     for round in 0..APPEND_ROUNDS {
         let first_tx = 1 + round * per_round;
         let batches: Vec<Vec<Msg>> = (first_tx..first_tx + per_round)
             .map(|tx| transaction(tx, ops))
             .collect();
-        for ((_, log), rates) in logs.iter_mut().zip(&mut rounds) {
+        for (((_, log), rates), flushes) in logs.iter_mut().zip(&mut rounds).zip(&mut flushes) {
             let start = Instant::now();
-            for txn in &batches {
-                log.append_durable(txn)?;
-            }
+            *flushes += append_all(log.as_mut(), &batches, durability)?;
             rates.push(per_round as f64 / start.elapsed().as_secs_f64());
         }
     }
     let mut tps = Map::new();
-    for ((name, _), rates) in logs.iter().zip(&mut rounds) {
+    let mut per_flush = Map::new();
+    for (((name, _), rates), flushes) in logs.iter().zip(&mut rounds).zip(flushes) {
         tps.insert((*name).into(), json!(median(rates)));
+        per_flush.insert((*name).into(), json!(txns as f64 / flushes as f64));
     }
     drop(logs);
     fs::remove_dir_all(&dir)?;
-    Ok((format!("append_txn_{ops}_ops"), tps))
+    Ok((tps, Value::Object(per_flush)))
+}
+
+/// Appends `txns` under `durability`; returns the number of flushes.
+fn append_all(log: &mut dyn ShapeLog, txns: &[Vec<Msg>], durability: Durability) -> Result<u64> {
+    let mut flushes = 0;
+    let mut first_unflushed: Option<Instant> = None;
+    for txn in txns {
+        log.append(txn)?;
+        let since = *first_unflushed.get_or_insert_with(Instant::now);
+        if durability == Durability::PerTransaction || since.elapsed() >= FLUSH_DELAY_MAX {
+            log.flush()?;
+            flushes += 1;
+            first_unflushed = None;
+        }
+    }
+    if first_unflushed.is_some() {
+        log.flush()?;
+        flushes += 1;
+    }
+    Ok(flushes)
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -201,50 +319,202 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// The raw baseline: the same JSON bytes appended to one file with `write` + `fdatasync`.
+/// Bytes the raw baseline buffers before writing; larger transactions are written directly.
+const RAW_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The raw baseline: the same JSON bytes appended to one file, buffered in [`RAW_BUFFER_BYTES`]
+/// (larger transactions written directly with `writev`), made durable with `fdatasync`.
 struct RawLog {
-    file: File,
+    file: BufWriter<File>,
 }
 
 impl RawLog {
     fn create(path: &Path) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(path)?;
         Ok(RawLog {
-            file: OpenOptions::new()
-                .create_new(true)
-                .append(true)
-                .open(path)?,
+            file: BufWriter::with_capacity(RAW_BUFFER_BYTES, file),
         })
     }
 }
 
 impl ShapeLog for RawLog {
-    fn append_durable(&mut self, txn: &[Msg]) -> Result<()> {
-        let bytes: Vec<u8> = txn.iter().flat_map(|m| m.json.iter().copied()).collect();
-        self.file.write_all(&bytes)?;
-        self.file.sync_data()?;
+    fn append(&mut self, txn: &[Msg]) -> Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = txn.iter().map(|m| IoSlice::new(&m.json)).collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let n = self.file.write_vectored(rest)?;
+            IoSlice::advance_slices(&mut rest, n);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.file.flush()?;
+        self.file.get_ref().sync_data()?;
         Ok(())
     }
 
     fn reader(&self) -> Result<Box<dyn ShapeLogReader>> {
-        Err("the raw baseline is read with raw_read".into())
+        Err("the raw baseline is read through RawReader".into())
     }
 }
 
-/// `read_{5,10}_chunks`, the speedup, the raw read baseline and `concurrent_200_readers_10_chunks`.
+/// Where responses go: a pipe standing in for a client socket, emptied into `/dev/null` by
+/// `splice` (no copy) after every write into it, so that no write ever waits for a reader.
+struct Sink {
+    read_end: OwnedFd,
+    write_end: OwnedFd,
+    null: File,
+    /// Bytes the pipe holds.
+    capacity: usize,
+}
+
+impl Sink {
+    fn new() -> Result<Sink> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: pipe2 just created these descriptors and nothing else owns them.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Best effort: without the privilege to grow pipes, the default size is used.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, SINK_PIPE_BYTES) };
+        // SAFETY: fcntl on a descriptor we own.
+        let capacity = unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        Ok(Sink {
+            read_end,
+            write_end,
+            null: OpenOptions::new().write(true).open("/dev/null")?,
+            capacity: usize::try_from(capacity)?,
+        })
+    }
+
+    /// Copies `bytes` into the pipe, as `write` to a socket does.
+    fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let piece = bytes.len().min(self.capacity);
+            // SAFETY: the pointer and length describe the initialised slice `bytes[..piece]`.
+            let n =
+                unsafe { libc::write(self.write_end.as_raw_fd(), bytes.as_ptr().cast(), piece) };
+            let n = check(n as i64)?;
+            self.drain(n)?;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Moves `len` bytes of `file` from `start` into the pipe with `sendfile` (page references,
+    /// no copy), as a server sends a file range to a socket.
+    fn send_file(&mut self, file: &File, start: u64, len: u64) -> Result<()> {
+        let mut offset = i64::try_from(start)?;
+        let end = offset + i64::try_from(len)?;
+        while offset < end {
+            let piece = usize::try_from(end - offset)?.min(self.capacity);
+            // SAFETY: sendfile between descriptors we own, updating `offset` in place.
+            let n = unsafe {
+                libc::sendfile(
+                    self.write_end.as_raw_fd(),
+                    file.as_raw_fd(),
+                    &mut offset,
+                    piece,
+                )
+            };
+            let n = check(n as i64)?;
+            if n == 0 {
+                return Err("file shorter than the range sent".into());
+            }
+            self.drain(n)?;
+        }
+        Ok(())
+    }
+
+    /// Splices the `len` bytes in the pipe to `/dev/null`.
+    fn drain(&mut self, mut len: usize) -> Result<()> {
+        while len > 0 {
+            // SAFETY: splice between descriptors we own, with no offsets.
+            let n = unsafe {
+                libc::splice(
+                    self.read_end.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    self.null.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    len,
+                    0,
+                )
+            };
+            len -= check(n as i64)?;
+        }
+        Ok(())
+    }
+}
+
+/// The byte count of a system call's result, or its error.
+fn check(ret: i64) -> Result<usize> {
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(usize::try_from(ret)?)
+}
+
+/// `read_{5,10}_chunks`, the speedups, the raw read baselines and
+/// `concurrent_200_readers_10_chunks`.
 fn read_figures(
     work: &Path,
     figures: &mut Map<String, Value>,
     baselines: &mut Map<String, Value>,
+    ratios: &mut Map<String, Value>,
 ) -> Result<()> {
     let dir = work.join("read");
     let logs = build_read_logs(&dir)?;
-    let offsets = sample_offsets(READ_SAMPLES, 0x5eed);
+    let syncline_dir = dir.join("syncline");
+    let raw_path = dir.join("raw.json");
+    let mut readers: Vec<(&str, OpenReader<'_>)> = vec![
+        (
+            "syncline",
+            Box::new(|| SynclineReader::open(&syncline_dir, Body::Sendfile)),
+        ),
+        (
+            "syncline_mmap",
+            Box::new(|| SynclineReader::open(&syncline_dir, Body::ServerMmap)),
+        ),
+    ];
+    for (name, log) in logs.iter().skip(1) {
+        readers.push((name, Box::new(move || log.reader())));
+    }
+    readers.push((
+        "raw_sendfile",
+        Box::new(|| RawReader::open(&raw_path, true)),
+    ));
+    readers.push(("raw_read", Box::new(|| RawReader::open(&raw_path, false))));
+    let offsets = sample_offsets(READ_SAMPLES, 0x5eed, READ_LOG_TXNS * 3 / 4);
     for chunks in [5usize, 10] {
-        let mut means = read_latency_us(&dir, &logs, &offsets, chunks)?;
-        let raw_mean = means.remove("raw_pread").unwrap().as_f64().unwrap();
-        baselines.insert(format!("raw_pread_{chunks}_chunks_us"), json!(raw_mean));
+        let counts = message_counts(&syncline_dir, &offsets, chunks)?;
+        check_same_bytes(&readers, &offsets, &counts)?;
+        let mut means = read_latency_us(&readers, &offsets, &counts)?;
+        let raw_sendfile = means.remove("raw_sendfile").unwrap().as_f64().unwrap();
+        let raw_read = means.remove("raw_read").unwrap().as_f64().unwrap();
+        baselines.insert(
+            format!("raw_sendfile_{chunks}_chunks_us"),
+            json!(raw_sendfile),
+        );
+        baselines.insert(format!("raw_read_{chunks}_chunks_us"), json!(raw_read));
+        let ours = means["syncline"].as_f64().unwrap();
+        let ours_mmap = means["syncline_mmap"].as_f64().unwrap();
+        ratios.insert(
+            format!("read_{chunks}_ratio_vs_raw_sendfile"),
+            json!(ours / raw_sendfile),
+        );
+        ratios.insert(
+            format!("read_{chunks}_mmap_ratio_vs_raw_read"),
+            json!(ours_mmap / raw_read),
+        );
         if chunks == 10 {
-            let ours = means["syncline"].as_f64().unwrap();
             let best_peer = means["sqlite"]
                 .as_f64()
                 .unwrap()
@@ -253,188 +523,301 @@ fn read_figures(
                 "read_10_speedup_vs_best_peer".into(),
                 json!(best_peer / ours),
             );
-            figures.insert("read_ratio_vs_raw".into(), json!(ours / raw_mean));
+            figures.insert(
+                "read_10_mmap_speedup_vs_best_peer".into(),
+                json!(best_peer / ours_mmap),
+            );
+            figures.insert("read_ratio_vs_raw".into(), json!(ours / raw_sendfile));
         }
         figures.insert(format!("read_{chunks}_chunks"), Value::Object(means));
     }
+    let counts = message_counts(&syncline_dir, &offsets, 10)?;
+    let mut times = concurrent_figure(&readers, &offsets, &counts)?;
+    baselines.insert(
+        "raw_sendfile_concurrent_200_readers_10_chunks_ms".into(),
+        times.remove("raw_sendfile").unwrap(),
+    );
+    baselines.insert(
+        "raw_read_concurrent_200_readers_10_chunks_ms".into(),
+        times.remove("raw_read").unwrap(),
+    );
     figures.insert(
         "concurrent_200_readers_10_chunks".into(),
-        concurrent_figure(&dir, &logs, &offsets)?,
+        Value::Object(times),
     );
+    drop(readers);
     drop(logs);
     fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
+/// `read_10_default_chunks`: 10 responses of the default 10 MiB chunks sent by Syncline, and
+/// the same bytes sent from one flat file, from offsets in the first chunk; and their ratio.
+fn default_chunk_read_figure(
+    work: &Path,
+    figures: &mut Map<String, Value>,
+    baselines: &mut Map<String, Value>,
+) -> Result<()> {
+    let dir = work.join("read-default-chunks");
+    let syncline_dir = dir.join("syncline");
+    let mut logs: [Box<dyn ShapeLog>; 2] = [
+        Box::new(SynclineLog::create(
+            &syncline_dir,
+            syncline_storage::CHUNK_BYTES_MAX_DEFAULT,
+        )?),
+        Box::new(RawLog::create(&dir.join("raw.json"))?),
+    ];
+    let txns: Vec<Vec<Msg>> = (1..=DEFAULT_CHUNK_LOG_TXNS)
+        .map(|tx| transaction(tx, 1000))
+        .collect();
+    for log in &mut logs {
+        append_all(log.as_mut(), &txns, Durability::Batched)?;
+    }
+    drop(txns);
+    let raw_path = dir.join("raw.json");
+    let readers: Vec<(&str, OpenReader<'_>)> = vec![
+        (
+            "syncline",
+            Box::new(|| SynclineReader::open(&syncline_dir, Body::Sendfile)),
+        ),
+        (
+            "raw_sendfile",
+            Box::new(|| RawReader::open(&raw_path, true)),
+        ),
+    ];
+    let offsets = sample_offsets(DEFAULT_CHUNK_SAMPLES, 0xc0ffee, DEFAULT_CHUNK_FIRST_TXNS);
+    let counts = message_counts(&syncline_dir, &offsets, 10)?;
+    check_same_bytes(&readers, &offsets, &counts)?;
+    let mut means = read_latency_us(&readers, &offsets, &counts)?;
+    let raw = means.remove("raw_sendfile").unwrap();
+    figures.insert(
+        "read_10_default_chunks_ratio_vs_raw".into(),
+        json!(means["syncline"].as_f64().unwrap() / raw.as_f64().unwrap()),
+    );
+    figures.insert("read_10_default_chunks".into(), Value::Object(means));
+    baselines.insert("raw_sendfile_10_default_chunks_us".into(), raw);
+    drop(readers);
+    drop(logs);
+    fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// Opens a reader of one engine (or baseline).
+type OpenReader<'a> = Box<dyn Fn() -> Result<Box<dyn ShapeLogReader>> + 'a>;
+
 /// The same log of `READ_LOG_TXNS` 1000-message transactions in every engine, and as one flat
-/// file (`raw.json`) for the raw baseline.
+/// file (`raw.json`) for the raw baselines.
 fn build_read_logs(dir: &Path) -> Result<Vec<(&'static str, Box<dyn ShapeLog>)>> {
     let mut logs = engines(dir, READ_CHUNK_BYTES_MAX)?;
-    let mut raw = File::create(dir.join("raw.json"))?;
+    let mut raw = RawLog::create(&dir.join("raw.json"))?;
     for tx in 1..=READ_LOG_TXNS {
         let txn = transaction(tx, 1000);
         for (_, log) in logs.iter_mut() {
-            log.append_durable(&txn)?;
+            log.append(&txn)?;
+            log.flush()?;
         }
-        raw.write_all(&txn.iter().flat_map(|m| m.json.clone()).collect::<Vec<_>>())?;
+        raw.append(&txn)?;
     }
-    raw.sync_data()?;
+    raw.flush()?;
     Ok(logs)
 }
 
-/// Mean microseconds per read of `chunks` Syncline chunks from each offset, and of the same
-/// messages from every peer and the raw file. Engines take turns on each offset, so that
-/// interference from other work on the machine hits all alike.
-fn read_latency_us(
-    dir: &Path,
-    logs: &[(&'static str, Box<dyn ShapeLog>)],
+/// For each offset, the messages in the `chunks` Syncline responses after it.
+fn message_counts(syncline_dir: &Path, offsets: &[LogOffset], chunks: usize) -> Result<Vec<usize>> {
+    let mut reader = SynclineReader::new(syncline_dir, Body::Sendfile)?;
+    offsets
+        .iter()
+        .map(|&from| {
+            let bytes: u64 = reader
+                .responses(from, chunks, u64::MAX)?
+                .iter()
+                .map(|r| r.len)
+                .sum();
+            Ok(usize::try_from(bytes)? / MESSAGE_BYTES)
+        })
+        .collect()
+}
+
+/// Checks, untimed, that every reader serves exactly the same bytes for every offset.
+fn check_same_bytes(
+    readers: &[(&str, OpenReader<'_>)],
     offsets: &[LogOffset],
-    chunks: usize,
-) -> Result<Map<String, Value>> {
-    let mut syncline = SynclineLog::open_reader(&dir.join("syncline"))?;
-    let mut peers: Vec<(&str, Box<dyn ShapeLogReader>)> = Vec::new();
-    for (name, log) in logs.iter().skip(1) {
-        peers.push((name, log.reader()?));
-    }
-    peers.push((
-        "raw_pread",
-        Box::new(RawReader(File::open(dir.join("raw.json"))?)),
-    ));
-    let mut totals = vec![Duration::ZERO; peers.len() + 1];
-    for &from in offsets {
-        let mut out = Vec::with_capacity(chunks * (READ_CHUNK_BYTES_MAX as usize + MESSAGE_BYTES));
-        let start = Instant::now();
-        let count = syncline.read_chunks(from, chunks, &mut out)?;
-        totals[0] += start.elapsed();
-        for ((_, reader), total) in peers.iter_mut().zip(&mut totals[1..]) {
-            let mut theirs = Vec::with_capacity(out.len());
-            let start = Instant::now();
-            reader.read_messages(from, count, &mut theirs)?;
-            *total += start.elapsed();
-            assert_eq!(theirs, out, "every engine reads the same bytes");
+    counts: &[usize],
+) -> Result<()> {
+    let mut opened = readers
+        .iter()
+        .map(|(name, open)| Ok((*name, open()?)))
+        .collect::<Result<Vec<_>>>()?;
+    for (&from, &count) in offsets.iter().zip(counts) {
+        let (_, first) = &mut opened[0];
+        let expected = first.bytes(from, count)?;
+        assert_eq!(expected.len(), count * MESSAGE_BYTES);
+        for (name, reader) in &mut opened[1..] {
+            assert!(
+                reader.bytes(from, count)? == expected,
+                "{name} serves other bytes from {from}"
+            );
         }
     }
-    let mean = |d: Duration| json!(d.as_secs_f64() * 1e6 / offsets.len() as f64);
+    Ok(())
+}
+
+/// Mean microseconds per read of the `counts[i]` messages after `offsets[i]` into a sink, for
+/// each reader. Readers take turns on each offset, so that interference from other work on the
+/// machine hits all alike.
+fn read_latency_us(
+    readers: &[(&str, OpenReader<'_>)],
+    offsets: &[LogOffset],
+    counts: &[usize],
+) -> Result<Map<String, Value>> {
+    let mut opened = readers
+        .iter()
+        .map(|(_, open)| Ok((open()?, Sink::new()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut totals = vec![Duration::ZERO; readers.len()];
+    for (&from, &count) in offsets.iter().zip(counts) {
+        for ((reader, sink), total) in opened.iter_mut().zip(&mut totals) {
+            let start = Instant::now();
+            reader.send(from, count, sink)?;
+            *total += start.elapsed();
+        }
+    }
     let mut means = Map::new();
-    means.insert("syncline".into(), mean(totals[0]));
-    for ((name, _), total) in peers.iter().zip(&totals[1..]) {
-        means.insert((*name).into(), mean(*total));
+    for ((name, _), total) in readers.iter().zip(totals) {
+        means.insert(
+            (*name).into(),
+            json!(total.as_secs_f64() * 1e6 / offsets.len() as f64),
+        );
     }
     Ok(means)
 }
 
-/// `CONCURRENT_READERS` threads, released together, each reading 10 chunks' worth from its
-/// own random offset; median wall time in milliseconds per engine over `CONCURRENT_ROUNDS`.
+/// `CONCURRENT_READERS` threads, each with its own reader and sink, released together, each
+/// reading 10 chunks' worth from its own random offset; median wall time in milliseconds per
+/// reader kind over `CONCURRENT_ROUNDS`.
 fn concurrent_figure(
-    dir: &Path,
-    logs: &[(&'static str, Box<dyn ShapeLog>)],
+    readers: &[(&str, OpenReader<'_>)],
     offsets: &[LogOffset],
-) -> Result<Value> {
-    let mut syncline = SynclineLog::open_reader(&dir.join("syncline"))?;
-    let starts: Vec<LogOffset> = (0..CONCURRENT_READERS)
-        .map(|i| offsets[i % offsets.len()])
+    counts: &[usize],
+) -> Result<Map<String, Value>> {
+    let jobs: Vec<(LogOffset, usize)> = (0..CONCURRENT_READERS)
+        .map(|i| (offsets[i % offsets.len()], counts[i % counts.len()]))
         .collect();
-    let counts = starts
-        .iter()
-        .map(|&o| syncline.read_chunks(o, 10, &mut Vec::new()))
-        .collect::<Result<Vec<_>>>()?;
-    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); logs.len()];
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); readers.len()];
     for _ in 0..CONCURRENT_ROUNDS {
-        for ((_, log), times) in logs.iter().zip(&mut rounds) {
-            let readers = (0..CONCURRENT_READERS)
-                .map(|_| log.reader())
+        for ((_, open), times) in readers.iter().zip(&mut rounds) {
+            let opened = (0..CONCURRENT_READERS)
+                .map(|_| Ok((open()?, Sink::new()?)))
                 .collect::<Result<Vec<_>>>()?;
-            times.push(run_concurrently(readers, &starts, &counts)?.as_secs_f64() * 1e3);
+            times.push(run_concurrently(opened, &jobs)?.as_secs_f64() * 1e3);
         }
     }
     let mut times = Map::new();
-    for ((name, _), ms) in logs.iter().zip(&mut rounds) {
+    for ((name, _), ms) in readers.iter().zip(&mut rounds) {
         times.insert((*name).into(), json!(median(ms)));
     }
-    Ok(Value::Object(times))
+    Ok(times)
 }
 
 fn run_concurrently(
-    readers: Vec<Box<dyn ShapeLogReader>>,
-    starts: &[LogOffset],
-    counts: &[usize],
+    readers: Vec<(Box<dyn ShapeLogReader>, Sink)>,
+    jobs: &[(LogOffset, usize)],
 ) -> Result<Duration> {
     let barrier = Arc::new(Barrier::new(readers.len() + 1));
     let handles: Vec<_> = readers
         .into_iter()
-        .enumerate()
-        .map(|(i, mut reader)| {
-            let (barrier, from, count) = (Arc::clone(&barrier), starts[i], counts[i]);
-            std::thread::spawn(move || -> Result<usize> {
-                let mut out = Vec::with_capacity(count * MESSAGE_BYTES);
+        .zip(jobs)
+        .map(|((mut reader, mut sink), &(from, count))| {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || -> Result<()> {
                 barrier.wait();
-                reader.read_messages(from, count, &mut out)?;
-                Ok(out.len())
+                reader.send(from, count, &mut sink)
             })
         })
         .collect();
     barrier.wait();
     let start = Instant::now();
-    for (h, &count) in handles.into_iter().zip(counts) {
-        let len = h.join().map_err(|_| "reader thread panicked")??;
-        assert_eq!(len, count * MESSAGE_BYTES);
+    for h in handles {
+        h.join().map_err(|_| "reader thread panicked")??;
     }
     Ok(start.elapsed())
 }
 
-/// Deterministic pseudo-random message offsets inside the read log, away from its end.
-fn sample_offsets(n: usize, mut seed: u64) -> Vec<LogOffset> {
+/// Deterministic pseudo-random offsets of messages in the first `txns` 1000-message
+/// transactions of a read log.
+fn sample_offsets(n: usize, mut seed: u64, txns: u64) -> Vec<LogOffset> {
     (0..n)
         .map(|_| {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let tx = 1 + (seed >> 33) % (READ_LOG_TXNS * 3 / 4);
+            let tx = 1 + (seed >> 33) % txns;
             let op = (seed >> 20) % 1000;
             LogOffset::new(tx, op * 2)
         })
         .collect()
 }
 
-/// The raw read baseline: the same bytes from one flat file with a single `pread` (every message
-/// has the same size, so the position of the message after `from` is computed).
-struct RawReader(File);
+/// The raw read baselines: the same bytes from one flat file (every message has the same size,
+/// so the position of the message after `from` is computed), sent with `sendfile`, or read into
+/// a reused buffer and written.
+struct RawReader {
+    file: File,
+    sendfile: bool,
+    buf: Vec<u8>,
+}
+
+impl RawReader {
+    fn open(path: &Path, sendfile: bool) -> Result<Box<dyn ShapeLogReader>> {
+        Ok(Box::new(RawReader {
+            file: File::open(path)?,
+            sendfile,
+            buf: Vec::new(),
+        }))
+    }
+
+    fn position(from: LogOffset) -> u64 {
+        ((from.tx - 1) * 1000 + from.op / 2 + 1) * MESSAGE_BYTES as u64
+    }
+}
 
 impl ShapeLogReader for RawReader {
-    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
-        let index = (from.tx - 1) * 1000 + from.op / 2 + 1;
-        out.resize(count * MESSAGE_BYTES, 0);
-        self.0.read_exact_at(out, index * MESSAGE_BYTES as u64)?;
-        Ok(())
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
+        let len = count * MESSAGE_BYTES;
+        if self.sendfile {
+            return sink.send_file(&self.file, Self::position(from), len as u64);
+        }
+        self.buf.resize(len, 0);
+        self.file
+            .read_exact_at(&mut self.buf, Self::position(from))?;
+        sink.write(&self.buf)
+    }
+
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; count * MESSAGE_BYTES];
+        self.file.read_exact_at(&mut out, Self::position(from))?;
+        Ok(out)
     }
 }
 
 /// The engine under test.
 struct SynclineLog {
-    store: Store,
     writer: Writer,
 }
 
 impl SynclineLog {
     fn create(dir: &Path, chunk_bytes_max: u64) -> Result<Self> {
-        let store = Store::open(dir)?;
         let options = WriterOptions {
             chunk_bytes_max,
             ..WriterOptions::default()
         };
-        let writer = store.create_shape("bench", &options)?;
-        Ok(SynclineLog { store, writer })
-    }
-
-    fn open_reader(dir: &Path) -> Result<SynclineReader> {
-        Ok(SynclineReader(
-            Store::open_read_only(dir)?.open_reader("bench")?,
-        ))
+        let writer = Store::open(dir)?.create_shape("bench", &options)?;
+        Ok(SynclineLog { writer })
     }
 }
 
 impl ShapeLog for SynclineLog {
-    fn append_durable(&mut self, txn: &[Msg]) -> Result<()> {
+    fn append(&mut self, txn: &[Msg]) -> Result<()> {
         let msgs: Vec<Message<'_>> = txn
             .iter()
             .map(|m| Message {
@@ -446,65 +829,166 @@ impl ShapeLog for SynclineLog {
             .collect();
         self.writer.append(&msgs)?;
         self.writer.commit()?;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
         self.writer.flush()?;
         Ok(())
     }
 
     fn reader(&self) -> Result<Box<dyn ShapeLogReader>> {
-        Ok(Box::new(SynclineReader(self.store.open_reader("bench")?)))
+        Err("Syncline is read through SynclineReader".into())
     }
 }
 
-/// A Syncline reader; reads whole chunks, as the server does.
-struct SynclineReader(Reader);
+/// How a Syncline response body leaves the process.
+#[derive(Clone, Copy)]
+enum Body {
+    /// `sendfile` of the file range.
+    Sendfile,
+    /// As `syncline-server` does: small ranges read into memory, larger ones memory-mapped,
+    /// then written.
+    ServerMmap,
+}
+
+/// A Syncline reader; reads whole chunks, one response each, as the server does.
+struct SynclineReader {
+    reader: Reader,
+    body: Body,
+}
 
 impl SynclineReader {
-    /// Reads `chunks` responses from `from` into `out`; returns the messages read.
-    fn read_chunks(&mut self, from: LogOffset, chunks: usize, out: &mut Vec<u8>) -> Result<usize> {
-        let before = out.len();
-        self.read_responses(from, chunks, usize::MAX, out)?;
-        Ok((out.len() - before) / MESSAGE_BYTES)
+    fn new(dir: &Path, body: Body) -> Result<Self> {
+        let reader = Store::open_read_only(dir)?.open_reader("bench")?;
+        Ok(SynclineReader { reader, body })
     }
 
-    /// Appends whole responses from `from` to `out` until `chunks` responses were read, `out`
-    /// holds `bytes_max` bytes, or the log is read to its end.
-    fn read_responses(
+    fn open(dir: &Path, body: Body) -> Result<Box<dyn ShapeLogReader>> {
+        Ok(Box::new(Self::new(dir, body)?))
+    }
+
+    /// The bodies of the responses from `from` until `chunks` responses were read, they hold
+    /// `bytes_max` bytes, or the log is read to its end.
+    fn responses(
         &mut self,
         from: LogOffset,
         chunks: usize,
-        bytes_max: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let mut at = Some(from);
+        bytes_max: u64,
+    ) -> Result<Vec<FileRange>> {
+        let (mut at, mut bytes, mut bodies) = (Some(from), 0, Vec::new());
         for _ in 0..chunks {
-            let r = self.0.read(at)?;
+            let r = self.reader.read(at)?;
             if let Some(body) = r.body {
-                let start = out.len();
-                out.resize(start + body.len as usize, 0);
-                body.file.read_exact_at(&mut out[start..], body.start)?;
+                bytes += body.len;
+                bodies.push(body);
             }
             at = r.end_offset;
-            if r.up_to_date || out.len() >= bytes_max {
+            if r.up_to_date || bytes >= bytes_max {
                 break;
             }
         }
-        Ok(())
+        Ok(bodies)
     }
 }
 
 impl ShapeLogReader for SynclineReader {
-    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
-        let bytes_max = count.saturating_mul(MESSAGE_BYTES);
-        self.read_responses(from, usize::MAX, bytes_max, out)?;
-        out.truncate(bytes_max.min(out.len()));
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
+        let bytes_max = (count * MESSAGE_BYTES) as u64;
+        let (mut at, mut sent) = (Some(from), 0);
+        while sent < bytes_max {
+            let r = self.reader.read(at)?;
+            let body = r.body.ok_or("log ended before the messages asked for")?;
+            match self.body {
+                Body::Sendfile => sink.send_file(&body.file, body.start, body.len)?,
+                Body::ServerMmap if body.len <= SERVER_READ_RANGE_BYTES_MAX => {
+                    sink.write(&body.read_to_vec()?)?
+                }
+                Body::ServerMmap => sink.write(&Mapped::new(&body)?)?,
+            }
+            sent += body.len;
+            at = r.end_offset;
+        }
+        assert_eq!(sent, bytes_max, "reads end at response boundaries");
         Ok(())
+    }
+
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(count * MESSAGE_BYTES);
+        for body in self.responses(from, usize::MAX, (count * MESSAGE_BYTES) as u64)? {
+            match self.body {
+                Body::ServerMmap if body.len > SERVER_READ_RANGE_BYTES_MAX => {
+                    out.extend_from_slice(&Mapped::new(&body)?)
+                }
+                _ => out.extend_from_slice(&body.read_to_vec()?),
+            }
+        }
+        Ok(out)
     }
 }
 
-/// SQLite in WAL mode, one row per message keyed by offset.
+/// A file range mapped into memory (what `syncline-server` does for ranges over 256 KiB);
+/// unmapped on drop.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    map_len: usize,
+    lead: usize,
+    len: usize,
+}
+
+impl Mapped {
+    fn new(range: &FileRange) -> Result<Mapped> {
+        // SAFETY: sysconf has no preconditions.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
+        let aligned = range.start - range.start % page;
+        let lead = usize::try_from(range.start - aligned)?;
+        let len = usize::try_from(range.len)?;
+        // SAFETY: a fresh read-only shared mapping of a file we hold open; closed chunks are
+        // immutable, so the mapped bytes never change while mapped.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                lead + len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                range.file.as_raw_fd(),
+                i64::try_from(aligned)?,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Mapped {
+            ptr,
+            map_len: lead + len,
+            lead,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the mapping covers `lead + len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>().add(self.lead), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `Mapped::new`, no longer borrowed.
+        unsafe { libc::munmap(self.ptr, self.map_len) };
+    }
+}
+
+/// SQLite in WAL mode, one row per message keyed by offset. Appends go into an open SQL
+/// transaction that a flush commits.
 struct SqliteLog {
     path: PathBuf,
     conn: rusqlite::Connection,
+    in_txn: bool,
 }
 
 impl SqliteLog {
@@ -520,44 +1004,58 @@ impl SqliteLog {
         Ok(SqliteLog {
             path: path.to_path_buf(),
             conn,
+            in_txn: false,
         })
     }
 }
 
 impl ShapeLog for SqliteLog {
-    fn append_durable(&mut self, txn: &[Msg]) -> Result<()> {
-        let tx = self.conn.transaction()?;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO log (tx, op, key, kind, json) VALUES (?1, ?2, ?3, 1, ?4)",
-            )?;
-            for m in txn {
-                insert.execute(rusqlite::params![
-                    m.offset.tx as i64,
-                    m.offset.op as i64,
-                    m.key,
-                    m.json
-                ])?;
-            }
+    fn append(&mut self, txn: &[Msg]) -> Result<()> {
+        if !self.in_txn {
+            self.conn.execute_batch("BEGIN")?;
+            self.in_txn = true;
         }
-        tx.commit()?;
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO log (tx, op, key, kind, json) VALUES (?1, ?2, ?3, 1, ?4)",
+        )?;
+        for m in txn {
+            insert.execute(rusqlite::params![
+                m.offset.tx as i64,
+                m.offset.op as i64,
+                m.key,
+                m.json
+            ])?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.in_txn {
+            self.conn.execute_batch("COMMIT")?;
+            self.in_txn = false;
+        }
         Ok(())
     }
 
     fn reader(&self) -> Result<Box<dyn ShapeLogReader>> {
         let flags =
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        Ok(Box::new(SqliteReader(
-            rusqlite::Connection::open_with_flags(&self.path, flags)?,
-        )))
+        Ok(Box::new(SqliteReader {
+            conn: rusqlite::Connection::open_with_flags(&self.path, flags)?,
+            buf: Vec::new(),
+        }))
     }
 }
 
-struct SqliteReader(rusqlite::Connection);
+struct SqliteReader {
+    conn: rusqlite::Connection,
+    buf: Vec<u8>,
+}
 
-impl ShapeLogReader for SqliteReader {
-    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
-        let mut select = self.0.prepare_cached(
+impl SqliteReader {
+    fn query(&mut self, from: LogOffset, count: usize) -> Result<()> {
+        self.buf.clear();
+        let mut select = self.conn.prepare_cached(
             "SELECT json FROM log WHERE (tx, op) > (?1, ?2) ORDER BY tx, op LIMIT ?3",
         )?;
         let mut rows = select.query(rusqlite::params![
@@ -566,13 +1064,26 @@ impl ShapeLogReader for SqliteReader {
             count as i64
         ])?;
         while let Some(row) = rows.next()? {
-            out.extend_from_slice(row.get_ref(0)?.as_blob()?);
+            self.buf.extend_from_slice(row.get_ref(0)?.as_blob()?);
         }
         Ok(())
     }
 }
 
+impl ShapeLogReader for SqliteReader {
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
+        self.query(from, count)?;
+        sink.write(&self.buf)
+    }
+
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
+        self.query(from, count)?;
+        Ok(self.buf.clone())
+    }
+}
+
 /// The fjall LSM tree: key = offset (big-endian tx, op), value = kind, key length, key, JSON.
+/// Each transaction is one write batch; a flush persists the journal.
 struct FjallLog {
     db: fjall::Database,
     log: fjall::Keyspace,
@@ -594,11 +1105,8 @@ fn fjall_key(offset: LogOffset) -> [u8; 16] {
 }
 
 impl ShapeLog for FjallLog {
-    fn append_durable(&mut self, txn: &[Msg]) -> Result<()> {
-        let mut batch = self
-            .db
-            .batch()
-            .durability(Some(fjall::PersistMode::SyncData));
+    fn append(&mut self, txn: &[Msg]) -> Result<()> {
+        let mut batch = self.db.batch().durability(None);
         for m in txn {
             let mut value = Vec::with_capacity(5 + m.key.len() + m.json.len());
             value.push(1);
@@ -611,21 +1119,45 @@ impl ShapeLog for FjallLog {
         Ok(())
     }
 
+    fn flush(&mut self) -> Result<()> {
+        self.db.persist(fjall::PersistMode::SyncData)?;
+        Ok(())
+    }
+
     fn reader(&self) -> Result<Box<dyn ShapeLogReader>> {
-        Ok(Box::new(FjallReader(self.log.clone())))
+        Ok(Box::new(FjallReader {
+            log: self.log.clone(),
+            buf: Vec::new(),
+        }))
     }
 }
 
-struct FjallReader(fjall::Keyspace);
+struct FjallReader {
+    log: fjall::Keyspace,
+    buf: Vec<u8>,
+}
 
-impl ShapeLogReader for FjallReader {
-    fn read_messages(&mut self, from: LogOffset, count: usize, out: &mut Vec<u8>) -> Result<()> {
+impl FjallReader {
+    fn query(&mut self, from: LogOffset, count: usize) -> Result<()> {
+        self.buf.clear();
         let after = fjall_key(LogOffset::new(from.tx, from.op + 1));
-        for kv in self.0.range(after..).take(count) {
+        for kv in self.log.range(after..).take(count) {
             let (_, value) = kv.into_inner()?;
             let key_len = u32::from_le_bytes(value[1..5].try_into()?) as usize;
-            out.extend_from_slice(&value[5 + key_len..]);
+            self.buf.extend_from_slice(&value[5 + key_len..]);
         }
         Ok(())
+    }
+}
+
+impl ShapeLogReader for FjallReader {
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
+        self.query(from, count)?;
+        sink.write(&self.buf)
+    }
+
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
+        self.query(from, count)?;
+        Ok(self.buf.clone())
     }
 }
