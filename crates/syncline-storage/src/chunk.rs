@@ -1,6 +1,6 @@
 //! The writer's open chunk: three append-only files fed through in-memory buffers, and the
 //! chunk's journal, which receives the same bytes as one checksummed frame per write so that a
-//! flush needs a single `fdatasync`.
+//! small flush needs a single `fdatasync` (a large one syncs the chunk files instead).
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -14,25 +14,6 @@ use crate::format::{
     RECORD_BYTES,
 };
 use crate::io::Io;
-use crate::WriterOptions;
-
-/// What the journal carries: small writes whole; large ones, or many, stay in place instead.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct JournalLimits {
-    /// JSON bytes of one write above which they are synced in place.
-    pub json_inline_bytes_max: usize,
-    /// Record and key bytes journaled between two syncs above which they are synced in place.
-    pub records_bytes_max: usize,
-}
-
-impl JournalLimits {
-    pub fn of(options: &WriterOptions) -> Self {
-        JournalLimits {
-            json_inline_bytes_max: options.journal_inline_bytes_max,
-            records_bytes_max: options.journal_records_bytes_max,
-        }
-    }
-}
 
 /// One file of the open chunk with the bytes not yet written to it.
 #[derive(Debug)]
@@ -120,19 +101,18 @@ pub(crate) struct OpenChunk {
     pub last_is_commit: bool,
     /// Whether the journal was written since its last sync.
     journal_unsynced: bool,
-    /// Whether JSON was written in place since `.json` was last synced.
-    json_unsynced: bool,
-    /// Whether records and keys were written in place since `.recs` and `.keys` were synced.
-    records_unsynced: bool,
-    /// Record and key bytes journaled since the last sync.
-    records_journaled: usize,
-    limits: JournalLimits,
+    /// Whether the chunk files were written in place since they were last synced.
+    in_place_unsynced: bool,
+    /// Bytes the journal took since the last sync.
+    journaled: usize,
+    /// Bytes the journal takes between two syncs; later writes stay in place.
+    journal_bytes_max: usize,
 }
 
 impl OpenChunk {
     /// Creates the three empty files of chunk `seq` and its journal; the caller syncs the
     /// directory.
-    pub fn create(io: &Io, dir: &Path, seq: u64, limits: JournalLimits) -> Result<Self> {
+    pub fn create(io: &Io, dir: &Path, seq: u64, journal_bytes_max: usize) -> Result<Self> {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
@@ -153,10 +133,9 @@ impl OpenChunk {
             last: None,
             last_is_commit: false,
             journal_unsynced: false,
-            json_unsynced: false,
-            records_unsynced: false,
-            records_journaled: 0,
-            limits,
+            in_place_unsynced: false,
+            journaled: 0,
+            journal_bytes_max,
         })
     }
 
@@ -169,7 +148,7 @@ impl OpenChunk {
         lens: ChunkLens,
         first: Option<LogOffset>,
         last: Option<(Record, bool)>,
-        limits: JournalLimits,
+        journal_bytes_max: usize,
     ) -> Result<Self> {
         let open = |file, written| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
@@ -195,10 +174,9 @@ impl OpenChunk {
             last: last.map(|(r, _)| r.offset),
             last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
             journal_unsynced: false,
-            json_unsynced: false,
-            records_unsynced: false,
-            records_journaled: 0,
-            limits,
+            in_place_unsynced: false,
+            journaled: 0,
+            journal_bytes_max,
         })
     }
 
@@ -263,53 +241,44 @@ impl OpenChunk {
             keys: self.keys.buf.len() as u64,
             recs: self.recs.buf.len() as u64,
         };
-        // Large JSON is synced in place (at the next sync) rather than written twice, and so
-        // are records and keys once the journal holds enough of them since the last sync; the
-        // frame then carries only the rest. Until every sync is done nothing is reported
-        // durable, and record checksums catch in-place bytes that did not survive.
-        let json_in_place = self.json.buf.len() > self.limits.json_inline_bytes_max;
-        let records_len = self.recs.buf.len() + self.keys.buf.len();
-        let records_in_place = self.records_journaled + records_len > self.limits.records_bytes_max;
-        let empty: &[u8] = &[];
-        let journal_json = if json_in_place { empty } else { &self.json.buf };
-        let (journal_recs, journal_keys) = if records_in_place {
-            (empty, empty)
+        // The journal takes whole writes until it holds `journal_bytes_max` bytes since the
+        // last sync: a small flush then costs one sync. Later writes stay in place and the next
+        // sync covers the chunk files too, so a large flush is not written twice. Until every
+        // sync is done nothing is reported durable, and record checksums catch in-place bytes
+        // that did not survive.
+        let in_place = self.journaled + self.buffered_bytes() > self.journal_bytes_max;
+        let (flags, parts) = if in_place {
+            (FRAME_JSON_IN_PLACE | FRAME_RECORDS_IN_PLACE, [&[][..]; 3])
         } else {
-            (&self.recs.buf[..], &self.keys.buf[..])
+            (
+                0,
+                [&self.recs.buf[..], &self.keys.buf[..], &self.json.buf[..]],
+            )
         };
-        let mut flags = 0;
-        if json_in_place {
-            flags |= FRAME_JSON_IN_PLACE;
-        }
-        if records_in_place {
-            flags |= FRAME_RECORDS_IN_PLACE;
-        }
-        let header =
-            FrameHeader { at, len, flags }.encode(journal_recs, journal_keys, journal_json);
-        let parts = [&header[..], journal_recs, journal_keys, journal_json];
-        let mut frame = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let header = FrameHeader { at, len, flags }.encode(parts[0], parts[1], parts[2]);
+        let mut frame =
+            Vec::with_capacity(header.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+        frame.extend_from_slice(&header);
         for part in parts {
             frame.extend_from_slice(part);
+        }
+        if !in_place {
+            self.journaled += frame.len();
         }
         self.json.write_out(io)?;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
         self.journal.append(io, &frame)?;
-        self.json_unsynced |= json_in_place;
-        self.records_unsynced |= records_in_place;
-        if !records_in_place {
-            self.records_journaled += records_len;
-        }
+        self.in_place_unsynced |= in_place;
         self.journal_unsynced = true;
         Ok(())
     }
 
     /// Writes the buffers and makes them durable with one `fdatasync` of the journal, and of
-    /// the chunk files written in place since the last sync (all started together).
+    /// the chunk files if written in place since the last sync (all started together).
     pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
         self.write_out(io)?;
-        let (json, records) = (self.json_unsynced, self.records_unsynced);
-        self.sync(io, json, records)
+        self.sync(io, self.in_place_unsynced)
     }
 
     /// Writes the buffers and makes the chunk files and the journal durable, when the chunk
@@ -317,30 +286,25 @@ impl OpenChunk {
     /// all of it while it is not yet indexed (recovery then treats it as the tail).
     pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
         self.write_out(io)?;
-        self.sync(io, true, true)
+        self.sync(io, true)
     }
 
-    /// Syncs the journal if it was written, `.json` if `json`, `.recs` and `.keys` if
-    /// `records`, and starts a new sync interval.
-    fn sync(&mut self, io: &Io, json: bool, records: bool) -> Result<()> {
-        let chosen = [
-            (json, &self.json),
-            (records, &self.keys),
-            (records, &self.recs),
-        ];
-        let mut files: Vec<(&File, &Path)> = chosen
-            .into_iter()
-            .filter(|&(chosen, _)| chosen)
-            .map(|(_, a)| (&a.file, a.path.as_path()))
-            .collect();
+    /// Syncs the journal if it was written and the chunk files if `chunk_files` (all started
+    /// together), and starts a new sync interval.
+    fn sync(&mut self, io: &Io, chunk_files: bool) -> Result<()> {
+        let mut files: Vec<(&File, &Path)> = Vec::with_capacity(4);
+        if chunk_files {
+            for a in [&self.json, &self.keys, &self.recs] {
+                files.push((&a.file, a.path.as_path()));
+            }
+        }
         if self.journal_unsynced {
             files.push((&self.journal.file, self.journal.path.as_path()));
         }
         io.sync_data_all(&files)?;
-        self.json_unsynced = false;
-        self.records_unsynced = false;
+        self.in_place_unsynced = false;
         self.journal_unsynced = false;
-        self.records_journaled = 0;
+        self.journaled = 0;
         Ok(())
     }
 

@@ -52,8 +52,8 @@ pub use io::FaultPlan;
 pub use message::{Message, Operation};
 pub use reader::{FileRange, ReadResult, Reader};
 pub use store::{
-    Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_INLINE_BYTES_MAX_DEFAULT,
-    JOURNAL_RECORDS_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX, WRITE_BUFFER_BYTES_MAX_DEFAULT,
+    Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX,
+    WRITE_BUFFER_BYTES_MAX_DEFAULT,
 };
 pub use syncline_core::LogOffset;
 pub use writer::Writer;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::{JournalLimits, OpenChunk};
+use crate::chunk::OpenChunk;
 use crate::error::{corrupt, io_err, Result, StorageError};
 use crate::format::{
     chunk_path, decode_journal_header, journal_path, parse_chunk_name, parse_journal_name,
@@ -59,7 +59,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         scan.lens,
         scan.first,
         last,
-        JournalLimits::of(options),
+        options.journal_bytes_max,
     )?;
     io.sync_dir(dir)?;
     let scan = Some(scan);
@@ -76,7 +76,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         _lock: lock,
         chunk_bytes_max: meta.chunk_bytes_max,
         write_buffer_bytes_max: options.write_buffer_bytes_max,
-        journal_limits: JournalLimits::of(options),
+        journal_bytes_max: options.journal_bytes_max,
         index,
         indexed,
         tail,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::chunk::{JournalLimits, OpenChunk};
+use crate::chunk::OpenChunk;
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
 use crate::io::{FaultPlan, Io};
@@ -17,12 +17,10 @@ use crate::writer::Writer;
 pub const CHUNK_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
 /// Default bytes a writer buffers before writing them to its files (without syncing).
 pub const WRITE_BUFFER_BYTES_MAX_DEFAULT: usize = 256 * 1024;
-/// Default JSON bytes of one write up to which they are copied into the journal; larger writes
-/// are synced in place (two syncs cost less than writing large data twice).
-pub const JOURNAL_INLINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
-/// Default record and key bytes the journal takes between two syncs; beyond, records and keys
-/// are synced in place (a large flush then writes them once instead of twice).
-pub const JOURNAL_RECORDS_BYTES_MAX_DEFAULT: usize = 256 * 1024;
+/// Default bytes the journal takes between two syncs: a flush of up to this much costs one
+/// `fdatasync` (a device flush, ~0.1-5 ms); beyond, writes are synced in place, so that a large
+/// flush is not written twice.
+pub const JOURNAL_BYTES_MAX_DEFAULT: usize = 512 * 1024;
 /// Name prefix of a shape directory being deleted.
 const DELETING_PREFIX: &str = ".deleting-";
 /// Longest shape id, in bytes.
@@ -36,12 +34,8 @@ pub struct WriterOptions {
     pub chunk_bytes_max: u64,
     /// Bytes buffered in memory before they are written to the files.
     pub write_buffer_bytes_max: usize,
-    /// JSON bytes of one write up to which they are copied into the journal; larger writes are
-    /// synced in the chunk file instead.
-    pub journal_inline_bytes_max: usize,
-    /// Record and key bytes the journal takes between two syncs; the records and keys of later
-    /// writes are synced in the chunk files instead.
-    pub journal_records_bytes_max: usize,
+    /// Bytes the journal takes between two syncs; later writes are synced in the chunk files.
+    pub journal_bytes_max: usize,
     /// Crash testing: counts and can stop every write boundary.
     pub fault_plan: Option<Arc<FaultPlan>>,
 }
@@ -51,8 +45,7 @@ impl Default for WriterOptions {
         WriterOptions {
             chunk_bytes_max: CHUNK_BYTES_MAX_DEFAULT,
             write_buffer_bytes_max: WRITE_BUFFER_BYTES_MAX_DEFAULT,
-            journal_inline_bytes_max: JOURNAL_INLINE_BYTES_MAX_DEFAULT,
-            journal_records_bytes_max: JOURNAL_RECORDS_BYTES_MAX_DEFAULT,
+            journal_bytes_max: JOURNAL_BYTES_MAX_DEFAULT,
             fault_plan: None,
         }
     }
@@ -128,7 +121,7 @@ impl Store {
         let index_path = tmp.join(INDEX_FILE);
         let index = io.create(&index_path)?;
         io.sync_data(&index, &index_path)?;
-        OpenChunk::create(&io, &tmp, 0, JournalLimits::of(options))?;
+        OpenChunk::create(&io, &tmp, 0, options.journal_bytes_max)?;
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;

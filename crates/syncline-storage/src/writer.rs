@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::{JournalLimits, OpenChunk};
+use crate::chunk::OpenChunk;
 use crate::error::{Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED, FLAG_SNAPSHOT_DONE,
@@ -28,7 +28,7 @@ pub struct Writer {
     pub(crate) _lock: File,
     pub(crate) chunk_bytes_max: u64,
     pub(crate) write_buffer_bytes_max: usize,
-    pub(crate) journal_limits: JournalLimits,
+    pub(crate) journal_bytes_max: usize,
     pub(crate) index: File,
     /// Entries durable in the index file, in chunk order.
     pub(crate) indexed: Vec<ChunkEntry>,
@@ -189,7 +189,12 @@ impl Writer {
         } else {
             self.closed_pending.push(entry);
         }
-        self.tail = OpenChunk::create(&self.io, &self.dir, self.tail.seq + 1, self.journal_limits)?;
+        self.tail = OpenChunk::create(
+            &self.io,
+            &self.dir,
+            self.tail.seq + 1,
+            self.journal_bytes_max,
+        )?;
         self.dir_dirty = true;
         Ok(())
     }

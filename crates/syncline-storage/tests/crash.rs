@@ -23,8 +23,7 @@ fn options(plan: Option<Arc<FaultPlan>>) -> WriterOptions {
     WriterOptions {
         chunk_bytes_max: 2_000,
         write_buffer_bytes_max: 1_024,
-        journal_inline_bytes_max: 400,
-        journal_records_bytes_max: 500,
+        journal_bytes_max: 1_500,
         fault_plan: plan,
     }
 }

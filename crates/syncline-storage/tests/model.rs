@@ -143,8 +143,7 @@ fn options(plan: Arc<FaultPlan>) -> WriterOptions {
     WriterOptions {
         chunk_bytes_max: 400,
         write_buffer_bytes_max: 256,
-        journal_inline_bytes_max: 120,
-        journal_records_bytes_max: 150,
+        journal_bytes_max: 300,
         fault_plan: Some(plan),
     }
 }
