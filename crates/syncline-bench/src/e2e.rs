@@ -78,8 +78,6 @@ const PUBLICATION: &str = "bench_pub";
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long any one wait for the server or the Node client may take.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long a stopping server may take before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Node's heap limit in MiB: the client holds 1.3 million rows as JS objects.
 const NODE_HEAP_MIB: u32 = 8192;
 /// What starts each change message in a response body.
@@ -87,12 +85,7 @@ const MESSAGE_START: &[u8] = b"{\"key\":";
 
 /// Runs the scenario.
 pub fn run() -> BenchResult {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let task = runtime.spawn(async { run_async().await.map_err(|e| e.to_string()) });
-    Ok(runtime.block_on(task)??)
+    crate::run_on_workers(run_async())
 }
 
 async fn run_async() -> BenchResult {
@@ -561,23 +554,13 @@ impl ServerProcess {
         follow(http, &self.url, "offset=-1".into(), false, u64::MAX).await
     }
 
-    /// Stops the server (SIGTERM, then SIGKILL after `STOP_TIMEOUT`).
+    /// Stops the server (SIGTERM, then SIGKILL if it lingers).
     fn stop(mut self) {
         self.terminate();
     }
 
     fn terminate(&mut self) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        syncline_testkit::stop_process(&mut self.child, libc::SIGTERM);
     }
 }
 

@@ -46,13 +46,7 @@ const PUBLICATION: &str = "bench_pub";
 
 /// Runs the scenario.
 pub fn run() -> BenchResult {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    // On a worker, as the server's tasks run, not on the runtime's outside thread.
-    let task = runtime.spawn(async { run_async().await.map_err(|e| e.to_string()) });
-    Ok(runtime.block_on(task)??)
+    crate::run_on_workers(run_async())
 }
 
 async fn run_async() -> BenchResult {

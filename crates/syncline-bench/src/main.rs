@@ -51,6 +51,19 @@ impl Scenario {
 
 type BenchResult = Result<serde_json::Value, Box<dyn std::error::Error>>;
 
+/// Runs a scenario's body on a two-worker tokio runtime, on a worker (as the server's tasks
+/// run), not on the runtime's outside thread.
+fn run_on_workers(
+    scenario: impl std::future::Future<Output = BenchResult> + Send + 'static,
+) -> BenchResult {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let task = runtime.spawn(async { scenario.await.map_err(|e| e.to_string()) });
+    Ok(runtime.block_on(task)??)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let mut result = match args.scenario {

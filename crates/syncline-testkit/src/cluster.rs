@@ -192,17 +192,23 @@ impl PgCluster {
 impl Drop for PgCluster {
     fn drop(&mut self) {
         // SIGQUIT is Postgres's immediate shutdown: nothing here needs a clean checkpoint.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGQUIT) };
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_process(&mut self.child, libc::SIGQUIT);
     }
+}
+
+/// Sends `signal` to `child` and waits up to [`STOP_TIMEOUT`] for it to exit, then kills it.
+pub fn stop_process(child: &mut Child, signal: libc::c_int) {
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The initdb result shared by every cluster of this machine and Postgres version, made once.

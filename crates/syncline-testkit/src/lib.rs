@@ -11,4 +11,4 @@ mod binaries;
 mod cluster;
 
 pub use binaries::pg_bindir;
-pub use cluster::PgCluster;
+pub use cluster::{stop_process, PgCluster};
