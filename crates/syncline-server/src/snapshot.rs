@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use syncline_core::{LogOffset, PgSnapshot};
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
-use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::PgError;
 use syncline_storage::{Message, Operation, StorageError};
 use tokio::sync::mpsc;
@@ -93,9 +92,7 @@ impl Batch {
 async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
     let writer = &shape.writer;
     let definition = &shape.definition;
-    let mut conn = WireConnection::connect(&state.pg, "syncline-snapshot", Mode::Query).await?;
-    conn.simple_query(&syncline_pg::conn::session_settings_sql())
-        .await?;
+    let mut conn = state.query_connection("syncline-snapshot").await?;
     let where_sql = match definition.log {
         LogMode::ChangesOnly => Some("false".to_owned()),
         LogMode::Full => definition.where_sql.clone(),

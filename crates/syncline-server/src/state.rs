@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use syncline_core::{Lsn, RelationDesc};
+use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::{ConnConfig, PgError, PgResult};
 use syncline_storage::{Store, WriterOptions};
 use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
@@ -162,6 +163,15 @@ impl AppState {
             *guard = None;
         }
         result
+    }
+
+    /// A new query connection with Electric's session settings (text output formats, UTC),
+    /// for a snapshot or a subset query.
+    pub async fn query_connection(&self, application_name: &str) -> PgResult<WireConnection> {
+        let mut conn = WireConnection::connect(&self.pg, application_name, Mode::Query).await?;
+        conn.simple_query(&syncline_pg::conn::session_settings_sql())
+            .await?;
+        Ok(conn)
     }
 
     /// Describes `schema.table`, `None` if there is no such table.

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use rand::Rng;
 use syncline_core::LogOffset;
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotInfo, SnapshotQuery};
-use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::{PgError, PgResult};
 use syncline_where::{OrderBy, Where};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
@@ -196,7 +195,7 @@ async fn run(
     started: oneshot::Sender<PgResult<SnapshotInfo>>,
     pieces: mpsc::Sender<BodyPiece>,
 ) {
-    let mut conn = match connect(&state).await {
+    let mut conn = match state.query_connection("syncline-subset").await {
         Ok(conn) => conn,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -260,11 +259,4 @@ async fn run(
             return;
         }
     }
-}
-
-async fn connect(state: &AppState) -> PgResult<WireConnection> {
-    let mut conn = WireConnection::connect(&state.pg, "syncline-subset", Mode::Query).await?;
-    conn.simple_query(&syncline_pg::conn::session_settings_sql())
-        .await?;
-    Ok(conn)
 }
