@@ -91,6 +91,27 @@ trait ShapeLogReader: Send {
     fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>>;
 }
 
+/// A peer engine's reader: it queries the rows and assembles the response body in a buffer,
+/// which is then written to the sink (no zero-copy path).
+trait PeerReader: Send {
+    /// Assembles the body holding the `count` messages after `from`.
+    fn query(&mut self, from: LogOffset, count: usize) -> Result<()>;
+    /// The body the last [`PeerReader::query`] assembled.
+    fn body(&self) -> &[u8];
+}
+
+impl<T: PeerReader> ShapeLogReader for T {
+    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
+        self.query(from, count)?;
+        sink.write(self.body())
+    }
+
+    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
+        self.query(from, count)?;
+        Ok(self.body().to_vec())
+    }
+}
+
 /// When transactions become durable.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Durability {
@@ -1052,7 +1073,11 @@ struct SqliteReader {
     buf: Vec<u8>,
 }
 
-impl SqliteReader {
+impl PeerReader for SqliteReader {
+    fn body(&self) -> &[u8] {
+        &self.buf
+    }
+
     fn query(&mut self, from: LogOffset, count: usize) -> Result<()> {
         self.buf.clear();
         let mut select = self.conn.prepare_cached(
@@ -1067,18 +1092,6 @@ impl SqliteReader {
             self.buf.extend_from_slice(row.get_ref(0)?.as_blob()?);
         }
         Ok(())
-    }
-}
-
-impl ShapeLogReader for SqliteReader {
-    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
-        self.query(from, count)?;
-        sink.write(&self.buf)
-    }
-
-    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
-        self.query(from, count)?;
-        Ok(self.buf.clone())
     }
 }
 
@@ -1137,7 +1150,11 @@ struct FjallReader {
     buf: Vec<u8>,
 }
 
-impl FjallReader {
+impl PeerReader for FjallReader {
+    fn body(&self) -> &[u8] {
+        &self.buf
+    }
+
     fn query(&mut self, from: LogOffset, count: usize) -> Result<()> {
         self.buf.clear();
         let after = fjall_key(LogOffset::new(from.tx, from.op + 1));
@@ -1147,17 +1164,5 @@ impl FjallReader {
             self.buf.extend_from_slice(&value[5 + key_len..]);
         }
         Ok(())
-    }
-}
-
-impl ShapeLogReader for FjallReader {
-    fn send(&mut self, from: LogOffset, count: usize, sink: &mut Sink) -> Result<()> {
-        self.query(from, count)?;
-        sink.write(&self.buf)
-    }
-
-    fn bytes(&mut self, from: LogOffset, count: usize) -> Result<Vec<u8>> {
-        self.query(from, count)?;
-        Ok(self.buf.clone())
     }
 }
