@@ -6,11 +6,10 @@
 mod common;
 
 use bytes::Bytes;
-use common::{Gen, COLS, SESSION_SQL};
+use common::{Gen, COLS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use syncline_core::tuple::Value;
-use syncline_testkit::PgCluster;
 use syncline_where::{Row, RowTypes, Where};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -167,24 +166,13 @@ async fn run_seed(client: &Client, seed: u64) {
 
 #[test]
 fn evaluation_agrees_with_postgres() {
-    let cluster = PgCluster::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let db = cluster.create_database("where_diff").await;
-        let client = cluster.connect(&db).await;
-        client
-            .batch_execute(SESSION_SQL)
-            .await
-            .expect("session settings");
+    common::with_server("where_diff", async |client| {
         client
             .batch_execute(&common::create_table_sql())
             .await
             .expect("create table");
         assert_eq!(COLS.len() + 1, common::relation().columns.len());
-        run_seed(&client, SEED_FIXED).await;
-        run_seed(&client, common::random_seed("differential")).await;
+        run_seed(client, SEED_FIXED).await;
+        run_seed(client, common::random_seed("differential")).await;
     });
 }

@@ -6,7 +6,6 @@
 
 mod common;
 
-use syncline_testkit::PgCluster;
 use syncline_where::check::check_value;
 use syncline_where::expr::Expr;
 use syncline_where::parse::parse_order_by;
@@ -201,26 +200,9 @@ fn assert_none(failures: &[String]) {
     );
 }
 
-fn with_server(check: impl AsyncFnOnce(&Client)) {
-    let cluster = PgCluster::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let db = cluster.create_database("where_timezone").await;
-        let client = cluster.connect(&db).await;
-        client
-            .batch_execute(common::SESSION_SQL)
-            .await
-            .expect("session settings");
-        check(&client).await;
-    });
-}
-
 #[test]
 fn timezone_agrees_with_postgres() {
-    with_server(async |client| {
+    common::with_server("where_timezone", async |client| {
         let chosen = chosen_instants(client).await;
         let names: Vec<&str> = common::ZONES
             .iter()
@@ -239,7 +221,7 @@ fn timezone_agrees_with_postgres() {
 #[test]
 #[ignore]
 fn tz_database_matches_server() {
-    with_server(async |client| {
+    common::with_server("where_timezone", async |client| {
         let rows = client
             .query("SELECT name FROM pg_timezone_names ORDER BY name", &[])
             .await

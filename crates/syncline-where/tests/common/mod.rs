@@ -271,6 +271,25 @@ pub fn create_table_sql() -> String {
 }
 
 /// Session settings Syncline uses (and the language assumes).
+/// Runs `check` with a client of a new database, with [`SESSION_SQL`] applied, on a private
+/// cluster.
+pub fn with_server(database: &str, check: impl AsyncFnOnce(&tokio_postgres::Client)) {
+    let cluster = syncline_testkit::PgCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let db = cluster.create_database(database).await;
+        let client = cluster.connect(&db).await;
+        client
+            .batch_execute(SESSION_SQL)
+            .await
+            .expect("session settings");
+        check(&client).await;
+    });
+}
+
 pub const SESSION_SQL: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1;";
 
 fn pg_type(sql_type: &str) -> PgType {
