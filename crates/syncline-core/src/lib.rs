@@ -6,15 +6,16 @@
 //!
 //! **Invariant:** this crate does no I/O of any kind; it is data and pure functions only.
 
-pub mod ident;
 pub mod lsn;
 pub mod offset;
 pub mod relation;
 pub mod snapshot;
+pub mod sql;
 pub mod tuple;
+pub mod wire;
 
 pub use lsn::Lsn;
-pub use offset::{LogOffset, RequestOffset};
+pub use offset::LogOffset;
 pub use relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 pub use snapshot::PgSnapshot;
 pub use tuple::{Tuple, Value};
