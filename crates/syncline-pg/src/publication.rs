@@ -3,19 +3,38 @@
 use tokio_postgres::Client;
 
 use crate::error::PgResult;
-use crate::ident::{qualified, quote_ident};
+use syncline_core::sql::{qualified, quote_ident};
 
-/// Creates the (initially empty) publication `name` if it does not exist.
+/// Creates the (initially empty) publication `name` if it does not exist. It publishes a
+/// partitioned table's changes as the root table's (`publish_via_partition_root`), which an
+/// existing publication is switched to as well.
 pub async fn ensure_publication(client: &Client, name: &str) -> PgResult<()> {
-    let exists = client
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+    let via_root: Option<bool> = client
+        .query_opt(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&name],
+        )
         .await?
-        .is_some();
-    if !exists {
-        client
-            .batch_execute(&format!("CREATE PUBLICATION {}", quote_ident(name)))
-            .await?;
-        tracing::info!(publication = name, "created publication");
+        .map(|row| row.get(0));
+    match via_root {
+        None => {
+            client
+                .batch_execute(&format!(
+                    "CREATE PUBLICATION {} WITH (publish_via_partition_root = true)",
+                    quote_ident(name)
+                ))
+                .await?;
+            tracing::info!(publication = name, "created publication");
+        }
+        Some(false) => {
+            client
+                .batch_execute(&format!(
+                    "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+                    quote_ident(name)
+                ))
+                .await?;
+        }
+        Some(true) => {}
     }
     Ok(())
 }
@@ -44,10 +63,13 @@ async fn add_table_in_txn(
     table: &str,
     full: bool,
 ) -> PgResult<()> {
+    let name = qualified(schema, table);
+    // The table itself, not the leaves pg_publication_tables lists for a partitioned one.
     let published = client
         .query_opt(
-            "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-            &[&publication, &schema, &table],
+            "SELECT 1 FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid \
+             WHERE p.pubname = $1 AND r.prrelid = $2::text::regclass",
+            &[&publication, &name],
         )
         .await?
         .is_some();
@@ -61,24 +83,42 @@ async fn add_table_in_txn(
             .await?;
     }
     if full {
-        let identity: i8 = client
-            .query_one(
-                "SELECT c.relreplident::\"char\" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND c.relname = $2",
-                &[&schema, &table],
-            )
-            .await?
-            .get(0);
-        if identity as u8 != b'f' {
-            client
-                .batch_execute(&format!(
-                    "ALTER TABLE {} REPLICA IDENTITY FULL",
-                    qualified(schema, table)
-                ))
-                .await?;
-        }
+        set_replica_identity_full(client, &name).await?;
     }
     Ok(())
+}
+
+/// Sets `REPLICA IDENTITY FULL` on the table `name` (quoted, qualified) and, for a partitioned
+/// table, on every partition (Postgres does not pass the setting down), where not yet set.
+pub async fn set_replica_identity_full(client: &Client, name: &str) -> PgResult<()> {
+    let rows = client
+        .query(
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE (c.oid = $1::text::regclass \
+                    OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass))) \
+               AND c.relreplident <> 'f' AND c.relkind IN ('r', 'p')",
+            &[&name],
+        )
+        .await?;
+    for row in rows {
+        let member: String = row.get(0);
+        client
+            .batch_execute(&format!("ALTER TABLE {member} REPLICA IDENTITY FULL"))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The OIDs of the partitions of the table `oid`, at every level (none for a plain table).
+pub async fn partitions(client: &Client, oid: u32) -> PgResult<Vec<u32>> {
+    let rows = client
+        .query(
+            "SELECT relid::oid FROM pg_partition_tree($1::oid::regclass) WHERE relid <> $1::oid::regclass ORDER BY 1",
+            &[&oid],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Removes `schema.table` from the publication if it is there.

@@ -4,7 +4,8 @@
 //! Used for the replication connection (tokio-postgres has no replication mode, and
 //! postgres-protocol does not parse CopyBothResponse) and for snapshots, where reading the COPY
 //! stream inline, without a connection task and a channel hop per row, is most of the speed.
-//! Message encoding and SCRAM come from postgres-protocol.
+//! Message encoding and SCRAM come from postgres-protocol. TLS (SSLRequest, then rustls) as
+//! [`crate::tls`] describes.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use postgres_protocol::authentication::{md5_hash, sasl};
@@ -12,8 +13,11 @@ use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use tokio_rustls::TlsConnector;
+
 use crate::conn::{ConnConfig, Endpoint, SESSION_SETTINGS};
 use crate::error::{PgError, PgResult};
+use crate::tls::{server_name, tls_failure, worth_retrying_without_tls, SslMode};
 
 /// Read-buffer growth step: large reads amortize syscalls on a busy stream.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
@@ -60,21 +64,71 @@ impl WireConnection {
         application_name: &str,
         mode: Mode,
     ) -> PgResult<WireConnection> {
-        let socket: Box<dyn Socket> = match config.endpoint() {
-            Endpoint::Tcp(host, port) => {
-                let stream = TcpStream::connect((host.as_str(), port)).await?;
-                stream.set_nodelay(true)?;
-                Box::new(stream)
-            }
+        let endpoint = config.endpoint();
+        Self::start_session(config, &endpoint, application_name, mode)
+            .await
+            .map_err(|cause| PgError::Connect {
+                endpoint,
+                cause: Box::new(cause),
+            })
+    }
+
+    async fn start_session(
+        config: &ConnConfig,
+        endpoint: &Endpoint,
+        application_name: &str,
+        mode: Mode,
+    ) -> PgResult<WireConnection> {
+        let (host, port) = match endpoint {
             Endpoint::Unix(dir, port) => {
-                Box::new(UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?)
+                let socket = UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?;
+                return Self::startup(Box::new(socket), config, application_name, mode).await;
             }
+            Endpoint::Tcp(host, port) => (host.as_str(), *port),
         };
-        let mut conn = WireConnection {
-            socket,
-            read_buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            write_buf: BytesMut::new(),
+        let mut tcp = tcp_connect(host, port).await?;
+        let tls = config.tls();
+        let Some(client) = tls.client() else {
+            return Self::startup(Box::new(tcp), config, application_name, mode).await;
         };
+        if !request_tls(&mut tcp).await? {
+            if tls.mode().requires_tls() {
+                return Err(PgError::Tls(format!(
+                    "the server does not support TLS, and sslmode={} requires it",
+                    tls.mode()
+                )));
+            }
+            return Self::startup(Box::new(tcp), config, application_name, mode).await;
+        }
+        let over_tls = async {
+            let stream = TlsConnector::from(client.clone())
+                .connect(server_name(host)?, tcp)
+                .await
+                .map_err(|e| match tls_failure(&e) {
+                    Some(message) => PgError::Tls(message),
+                    None => PgError::Io(e),
+                })?;
+            Self::startup(Box::new(stream), config, application_name, mode).await
+        }
+        .await;
+        match over_tls {
+            Err(e) if tls.mode() == SslMode::Prefer && worth_retrying_without_tls(&e) => {
+                tracing::debug!(error = %e, "session over TLS failed; trying without TLS (sslmode=prefer)");
+                let tcp = tcp_connect(host, port).await?;
+                Self::startup(Box::new(tcp), config, application_name, mode).await
+            }
+            result => result,
+        }
+    }
+
+    /// Starts the session on `socket`: startup message, authentication, ReadyForQuery.
+    async fn startup(
+        socket: Box<dyn Socket>,
+        config: &ConnConfig,
+        application_name: &str,
+        mode: Mode,
+    ) -> PgResult<WireConnection> {
+        let mut conn = WireConnection::new(socket);
         let mut params = vec![
             ("user", config.user()),
             ("database", config.dbname()),
@@ -89,6 +143,15 @@ impl WireConnection {
         conn.authenticate(config).await?;
         conn.wait_ready().await?;
         Ok(conn)
+    }
+
+    /// A connection over `socket`, before the startup message.
+    pub(crate) fn new(socket: Box<dyn Socket>) -> WireConnection {
+        WireConnection {
+            socket,
+            read_buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            write_buf: BytesMut::new(),
+        }
     }
 
     async fn authenticate(&mut self, config: &ConnConfig) -> PgResult<()> {
@@ -323,23 +386,54 @@ impl WireConnection {
     /// Queues a CopyData message with `payload`.
     pub fn queue_copy_data(&mut self, payload: &[u8]) {
         self.write_buf.put_u8(b'd');
-        self.write_buf.put_i32(4 + payload.len() as i32);
+        let len = i32::try_from(4 + payload.len()).expect("a CopyData message is under 2 GiB");
+        self.write_buf.put_i32(len);
         self.write_buf.put_slice(payload);
     }
 
-    /// Writes everything queued.
+    /// Writes everything queued. Cancel-safe: what was written leaves the queue as it goes, so
+    /// a flush after a dropped one sends the rest, never a byte twice.
     pub async fn flush(&mut self) -> PgResult<()> {
-        self.socket.write_all(&self.write_buf).await?;
+        self.socket.write_all_buf(&mut self.write_buf).await?;
         self.socket.flush().await?;
-        self.write_buf.clear();
         Ok(())
+    }
+}
+
+async fn tcp_connect(host: &str, port: u16) -> PgResult<TcpStream> {
+    let stream = TcpStream::connect((host, port)).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Sends SSLRequest on `tcp` and reads the one-byte answer: whether the server agreed. Nothing
+/// is read past that byte, so nothing sent in the clear can pass for data from inside TLS.
+async fn request_tls(tcp: &mut TcpStream) -> PgResult<bool> {
+    let mut request = BytesMut::new();
+    frontend::ssl_request(&mut request);
+    tcp.write_all(&request).await?;
+    let mut answer = [0u8];
+    tcp.read_exact(&mut answer).await?;
+    match answer[0] {
+        b'S' => Ok(true),
+        b'N' => Ok(false),
+        other => Err(PgError::Protocol(format!(
+            "unexpected answer {:?} to SSLRequest",
+            char::from(other)
+        ))),
     }
 }
 
 /// The length of the first message in `buf` including its tag, once its header is there.
 fn frame_len(buf: &[u8]) -> Option<usize> {
     let header = buf.get(..5)?;
-    Some(1 + u32::from_be_bytes(header[1..5].try_into().expect("4 bytes")) as usize)
+    Some(1 + message_len(header))
+}
+
+/// The length word of a message header (tag and length), which counts itself but not the tag.
+fn message_len(header: &[u8]) -> usize {
+    let word = u32::from_be_bytes(header[1..5].try_into().expect("4 bytes"));
+    usize::try_from(word).expect("usize holds a u32")
 }
 
 /// The complete message at `pos` in `buf`: its tag and the byte range of its body.
@@ -347,7 +441,7 @@ fn frame_at(buf: &[u8], pos: usize) -> PgResult<Option<(u8, usize, usize)>> {
     let Some(header) = buf.get(pos..pos + 5) else {
         return Ok(None);
     };
-    let len = u32::from_be_bytes(header[1..5].try_into().expect("4 bytes")) as usize;
+    let len = message_len(header);
     if !(4..=MESSAGE_BYTES_MAX).contains(&len) {
         return Err(PgError::Protocol(format!("invalid message length {len}")));
     }
@@ -361,17 +455,15 @@ fn parse_data_row(mut body: Bytes) -> PgResult<TextRow> {
         return Err(short());
     }
     let n = body.get_i16();
-    let mut row = Vec::with_capacity(n.max(0) as usize);
+    let mut row = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
     for _ in 0..n {
         if body.len() < 4 {
             return Err(short());
         }
-        let len = body.get_i32();
-        if len < 0 {
+        let Ok(len) = usize::try_from(body.get_i32()) else {
             row.push(None);
             continue;
-        }
-        let len = len as usize;
+        };
         if body.len() < len {
             return Err(short());
         }
@@ -384,13 +476,14 @@ fn parse_data_row(mut body: Bytes) -> PgResult<TextRow> {
 
 /// Turns an ErrorResponse body into [`PgError::Server`].
 pub(crate) fn parse_error(body: &[u8]) -> PgError {
-    let (mut code, mut message, mut detail) = (String::new(), String::new(), None);
+    let (mut code, mut message, mut detail, mut hint) = (String::new(), String::new(), None, None);
     for field in body.split(|&b| b == 0).filter(|f| !f.is_empty()) {
         let text = String::from_utf8_lossy(&field[1..]).into_owned();
         match field[0] {
             b'C' => code = text,
             b'M' => message = text,
             b'D' => detail = Some(text),
+            b'H' => hint = Some(text),
             _ => {}
         }
     }
@@ -398,5 +491,37 @@ pub(crate) fn parse_error(body: &[u8]) -> PgError {
         code,
         message,
         detail,
+        hint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_flush_after_a_dropped_one_sends_the_rest() {
+        let (ours, mut theirs) = tokio::io::duplex(16);
+        let mut conn = WireConnection::new(Box::new(ours));
+        let payload: Vec<u8> = (0..100).collect();
+        conn.queue_copy_data(&payload);
+        assert!(
+            conn.flush().now_or_never().is_none(),
+            "the pipe takes only 16 bytes"
+        );
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            theirs.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        conn.flush().await.unwrap();
+        drop(conn);
+        let got = reader.await.unwrap();
+        let mut want = vec![b'd', 0, 0, 0, 104];
+        want.extend_from_slice(&payload);
+        assert_eq!(got, want);
     }
 }

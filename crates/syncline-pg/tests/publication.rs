@@ -75,3 +75,48 @@ async fn slots_are_created_once_and_report_where_they_resume() {
     drop_slot(&config, "s").await.unwrap();
     assert!(ensure_slot(&config, "s").await.unwrap().created);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_is_published_through_its_root() {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
+    let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
+    let client = syncline_pg::connect(&config).await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE m (id int, r text, PRIMARY KEY (id, r)) PARTITION BY LIST (r);
+             CREATE TABLE m_a PARTITION OF m FOR VALUES IN ('a');
+             CREATE TABLE m_b PARTITION OF m FOR VALUES IN ('b') PARTITION BY LIST (id);
+             CREATE TABLE m_b1 PARTITION OF m_b FOR VALUES IN (1);
+             CREATE PUBLICATION old_pub;",
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        ensure_publication(&client, "old_pub").await.unwrap();
+        add_table(&client, "old_pub", "public", "m", true)
+            .await
+            .unwrap();
+    }
+    let via_root: bool = client
+        .query_one(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = 'old_pub'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(via_root, "an existing publication is switched over");
+    let identities: Vec<(String, String)> = client
+        .query(
+            "SELECT relname::text, relreplident::text FROM pg_class WHERE relname LIKE 'm%' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .filter(|(name, _): &(String, String)| !name.ends_with("_pkey"))
+        .collect();
+    assert!(identities.iter().all(|(_, i)| i == "f"), "{identities:?}");
+    assert_eq!(identities.len(), 4);
+}

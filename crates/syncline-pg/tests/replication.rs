@@ -1,5 +1,6 @@
 //! Logical replication against a private cluster: every pgoutput message kind, flush positions
-//! set by the caller only, and resuming after the walsender is killed.
+//! set by the caller only, and resuming after the walsender is killed (also while a replayed
+//! transaction is being skipped).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use syncline_core::{Lsn, ReplicaIdentity, Tuple, Value};
 use syncline_pg::publication::{add_table, ensure_publication};
 use syncline_pg::replication::{
     ensure_slot, OldRow, PgOutput, ReplicationStream, ResumingStream, StreamEvent, StreamOptions,
+    StreamStatus, XLogMessage,
 };
 use syncline_pg::ConnConfig;
 use syncline_testkit::PgCluster;
@@ -450,4 +452,87 @@ async fn resumes_after_walsender_is_killed_without_loss_or_duplication() {
         "kills {kills}, reconnects {}, interrupted transactions {interrupted}",
         stream.reconnects()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_lost_while_skipping_a_replay_does_not_swallow_the_next_transaction() {
+    // Large, so its replay is still being skipped when the connection is cut.
+    const ROWS: i32 = 300_000;
+    let f = fixture("CREATE TABLE t (id int PRIMARY KEY)", "slot_skip").await;
+    add_table(&f.client, PUBLICATION, "public", "t", false)
+        .await
+        .unwrap();
+    let mut stream = ResumingStream::start(
+        f.config.clone(),
+        StreamOptions::new("slot_skip", PUBLICATION),
+    )
+    .await
+    .unwrap();
+    let kill_walsender = || async {
+        f.client
+            .batch_execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = 'syncline'",
+            )
+            .await
+            .unwrap();
+    };
+    f.client
+        .execute("INSERT INTO t SELECT generate_series(1, $1)", &[&ROWS])
+        .await
+        .unwrap();
+    let big_end = loop {
+        let event = tokio::time::timeout(Duration::from_secs(120), stream.next())
+            .await
+            .expect("replication timed out")
+            .unwrap();
+        if let StreamEvent::Message(XLogMessage {
+            message: PgOutput::Commit { end_lsn, .. },
+            ..
+        }) = event
+        {
+            break end_lsn;
+        }
+    };
+
+    // Not acknowledged: after the cut, the transaction is replayed, and skipped.
+    kill_walsender().await;
+    let skipped = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+    assert!(skipped.is_err(), "delivered again: {skipped:?}");
+    assert_eq!(stream.status(), StreamStatus::Connected);
+    // Acknowledged mid-replay, then cut again: the next connection starts after it.
+    stream.set_flushed(big_end);
+    stream.send_status(true).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while confirmed_flush(&f.client, "slot_skip").await != big_end {
+        assert!(tokio::time::Instant::now() < deadline, "never acknowledged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_walsender().await;
+    f.client
+        .batch_execute("INSERT INTO t VALUES (-1)")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("the transaction after the replay never came")
+            .unwrap();
+        match event {
+            StreamEvent::Message(XLogMessage {
+                message:
+                    message @ (PgOutput::Begin { .. }
+                    | PgOutput::Insert { .. }
+                    | PgOutput::Commit { .. }),
+                ..
+            }) => got.push(message),
+            StreamEvent::Message(_) => {}
+            StreamEvent::Interrupted { .. } => panic!("nothing was open"),
+        }
+    }
+    assert!(
+        matches!(&got[1], PgOutput::Insert { new, .. } if *new == row(&[Some("-1")])),
+        "{got:?}"
+    );
+    assert_eq!(stream.reconnects(), 2);
 }

@@ -124,6 +124,45 @@ async fn tables_without_primary_key_are_keyed_by_all_columns_in_name_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_rows_are_electrics_exact_bytes() {
+    let (_cluster, client, config) = setup().await;
+    client
+        .batch_execute(
+            r#"CREATE TABLE "we/ird" (id text PRIMARY KEY, "q""n" text, n int);
+               INSERT INTO "we/ird" VALUES ('a/1', 'say "hi"', NULL);"#,
+        )
+        .await
+        .unwrap();
+    let relation = load_relation(&client, "public", "we/ird")
+        .await
+        .unwrap()
+        .unwrap();
+    let query = SnapshotQuery::new(&relation, None, None).unwrap();
+    let mut encoder = RowEncoder::for_query(&query).with_snapshot_mark(9);
+    let mut conn = WireConnection::connect(&config, "snapshot-test", Mode::Query)
+        .await
+        .unwrap();
+    let mut snapshot = Snapshot::begin(&mut conn, &query).await.unwrap();
+    let mut lines = Vec::new();
+    while snapshot
+        .next_chunk(&mut |row| {
+            let mut line = Vec::new();
+            encoder.encode(&row, &mut line)?;
+            lines.push(String::from_utf8(line).unwrap());
+            Ok(())
+        })
+        .await
+        .unwrap()
+    {}
+    assert_eq!(
+        lines,
+        [
+            r#"{"key":"\"public\".\"we/ird\"/\"a//1\"","value":{"id":"a/1","q\"n":"say \"hi\"","n":null},"headers":{"operation":"insert","relation":["public","we/ird"],"snapshot_mark":9}}"#
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_snapshot_matches_what_the_rows_include() {
     let (_cluster, client, config) = setup().await;
     client

@@ -11,6 +11,6 @@ pub mod slot;
 pub mod stream;
 
 pub use pgoutput::{OldRow, PgOutput, RelationColumn, RelationMessage};
-pub use resume::{ResumingStream, StreamEvent};
+pub use resume::{ResumingStream, StreamEvent, StreamStatus};
 pub use slot::{drop_slot, ensure_slot, SlotInfo};
-pub use stream::{ReplicationStream, StreamOptions, XLogMessage};
+pub use stream::{ReplicationStream, StreamOptions, XLogMessage, RECONNECT_DELAY_MAX};

@@ -4,8 +4,8 @@ use syncline_core::Lsn;
 
 use crate::conn::ConnConfig;
 use crate::error::{PgError, PgResult};
-use crate::ident::quote_ident;
 use crate::wire::{Mode, WireConnection};
+use syncline_core::sql::quote_ident;
 
 /// SQLSTATE `duplicate_object`: the slot exists already.
 const DUPLICATE_OBJECT: &str = "42710";
@@ -44,7 +44,7 @@ pub async fn ensure_slot(config: &ConnConfig, name: &str) -> PgResult<SlotInfo> 
             let rows = conn
                 .simple_query(&format!(
                     "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = {}",
-                    crate::ident::quote_literal(name)
+                    syncline_core::sql::quote_literal(name)
                 ))
                 .await?;
             let resume_lsn = parse_lsn(rows.first().and_then(|r| r[0].as_deref()))?;

@@ -9,11 +9,15 @@ use tokio::time::Instant;
 use super::pgoutput::{self, PgOutput};
 use crate::conn::ConnConfig;
 use crate::error::{PgError, PgResult};
-use crate::ident::{quote_ident, quote_literal};
 use crate::wire::{parse_error, Mode, WireConnection};
+use syncline_core::sql::{quote_ident, quote_literal};
 
 /// Seconds between the Unix epoch and Postgres's epoch (2000-01-01).
 const PG_EPOCH_UNIX_S: u64 = 946_684_800;
+
+/// The default longest wait between reconnect attempts of a
+/// [`super::ResumingStream`].
+pub const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
 
 /// What to stream and how often to report progress.
 #[derive(Debug, Clone)]
@@ -28,11 +32,14 @@ pub struct StreamOptions {
     pub status_interval: Duration,
     /// `application_name` of the connection (shows in `pg_stat_replication`).
     pub application_name: String,
+    /// Longest wait between reconnect attempts of a [`super::ResumingStream`] (the wait
+    /// doubles per failed attempt up to this).
+    pub reconnect_delay_max: Duration,
 }
 
 impl StreamOptions {
     /// Options for `slot` and `publication` with defaults: start at the slot's confirmed
-    /// position, status every 10 s.
+    /// position, status every 10 s, reconnect delays up to [`RECONNECT_DELAY_MAX`].
     pub fn new(slot: impl Into<String>, publication: impl Into<String>) -> Self {
         StreamOptions {
             slot: slot.into(),
@@ -40,6 +47,7 @@ impl StreamOptions {
             start_lsn: Lsn::ZERO,
             status_interval: Duration::from_secs(10),
             application_name: "syncline".into(),
+            reconnect_delay_max: RECONNECT_DELAY_MAX,
         }
     }
 }
@@ -75,6 +83,10 @@ impl ReplicationStream {
     ) -> PgResult<ReplicationStream> {
         let mut conn =
             WireConnection::connect(config, &options.application_name, Mode::Replication).await?;
+        assert!(
+            !options.publication.contains('\\'),
+            "the walsender's grammar has no escape strings"
+        );
         let sql = format!(
             "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {})",
             quote_ident(&options.slot),
@@ -83,18 +95,25 @@ impl ReplicationStream {
         );
         conn.start_copy_both(&sql).await?;
         tracing::info!(slot = %options.slot, start = %options.start_lsn, "replication started");
-        Ok(ReplicationStream {
+        Ok(ReplicationStream::streaming(conn, options))
+    }
+
+    /// The stream on `conn`, which has just entered COPY BOTH mode.
+    fn streaming(conn: WireConnection, options: &StreamOptions) -> ReplicationStream {
+        ReplicationStream {
             conn,
             received: options.start_lsn,
             flushed: options.start_lsn,
             server_wal_end: Lsn::ZERO,
             status_interval: options.status_interval,
             next_status: Instant::now() + options.status_interval,
-        })
+        }
     }
 
     /// Waits for the next pgoutput message, answering keepalives and sending periodic status
-    /// updates meanwhile. Cancel-safe: dropping the future loses nothing.
+    /// updates meanwhile. Cancel-safe: dropping the future loses nothing. The server ending
+    /// the stream (CommandComplete or CopyDone, as on shutdown), terminating it, or closing
+    /// the socket is a transient error ([`PgError::is_transient`]).
     pub async fn next(&mut self) -> PgResult<XLogMessage> {
         loop {
             if Instant::now() >= self.next_status {
@@ -114,11 +133,15 @@ impl ReplicationStream {
                     }
                 }
                 b'E' => return Err(parse_error(&msg.body)),
-                b'c' => {
-                    return Err(PgError::Protocol(
-                        "server ended the replication stream".into(),
+                // A walsender that is shutting down ends with CommandComplete once the client
+                // has acknowledged everything sent; CopyDone also ends the stream.
+                b'C' => {
+                    return Err(PgError::Closed(
+                        "replication ended (CommandComplete); the server is probably shutting down"
+                            .into(),
                     ))
                 }
+                b'c' => return Err(PgError::Closed("replication ended (CopyDone)".into())),
                 b'N' | b'S' => {}
                 other => {
                     return Err(PgError::Protocol(format!(
@@ -202,4 +225,54 @@ fn pg_now_us() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     (since_unix.as_micros() as i64) - (PG_EPOCH_UNIX_S as i64) * 1_000_000
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BufMut;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A backend message: tag, length, body.
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        out.put_u32(u32::try_from(body.len() + 4).unwrap());
+        out.extend_from_slice(body);
+        out
+    }
+
+    fn error_response(code: &str, text: &str) -> Vec<u8> {
+        let body = format!("SFATAL\0C{code}\0M{text}\0\0");
+        message(b'E', body.as_bytes())
+    }
+
+    #[tokio::test]
+    async fn every_way_the_server_ends_the_stream_is_transient() {
+        let endings = [
+            message(b'C', b"COPY 0\0"),
+            message(b'c', b""),
+            error_response(
+                "57P01",
+                "terminating connection due to administrator command",
+            ),
+            error_response(
+                "57P02",
+                "terminating connection because of crash of another server process",
+            ),
+            error_response("57P03", "the database system is shutting down"),
+            error_response("08006", "connection failure"),
+            Vec::new(),
+        ];
+        for ending in endings {
+            let (ours, mut theirs) = tokio::io::duplex(1024);
+            theirs.write_all(&ending).await.unwrap();
+            drop(theirs);
+            let options = StreamOptions::new("slot", "publication");
+            let mut stream =
+                ReplicationStream::streaming(WireConnection::new(Box::new(ours)), &options);
+            let e = stream.next().await.unwrap_err();
+            assert!(e.is_transient(), "{e}");
+        }
+    }
 }

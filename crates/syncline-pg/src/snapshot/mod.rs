@@ -7,7 +7,7 @@ pub mod run;
 pub mod text;
 
 pub use copy_binary::{CopyParser, RowRef};
-pub use json::{write_json_string, RowEncoder};
+pub use json::RowEncoder;
 pub use query::{SnapshotColumn, SnapshotQuery};
 pub use run::{Snapshot, SnapshotInfo};
 pub use text::TextDecoder;

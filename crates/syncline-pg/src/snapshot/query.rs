@@ -4,7 +4,7 @@ use syncline_core::RelationDesc;
 
 use super::text::TextDecoder;
 use crate::error::{PgError, PgResult};
-use crate::ident::{qualified, quote_ident};
+use syncline_core::sql::{qualified, quote_ident};
 
 /// One selected column and how its binary value is read.
 #[derive(Debug, Clone)]
