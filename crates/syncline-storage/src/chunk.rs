@@ -9,11 +9,12 @@ use syncline_core::LogOffset;
 
 use crate::error::{io_err, Result};
 use crate::format::{
-    chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, FrameHeader,
-    Record, RecordKind, FRAME_JSON_IN_PLACE, FRAME_RECORDS_IN_PLACE, JOURNAL_HEADER_BYTES,
-    RECORD_BYTES,
+    chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, CloseRecord,
+    FrameHeader, Record, RecordKind, CLOSE_RECORD_BYTES, FRAME_JSON_IN_PLACE,
+    FRAME_RECORDS_IN_PLACE, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, RECORD_BYTES,
 };
 use crate::io::Io;
+use crate::num::to_u64;
 
 /// One file of the open chunk with the bytes not yet written to it.
 #[derive(Debug)]
@@ -27,12 +28,12 @@ struct Appender {
 
 impl Appender {
     fn len(&self) -> u64 {
-        self.written + self.buf.len() as u64
+        self.written + to_u64(self.buf.len())
     }
 
     fn write_out(&mut self, io: &Io) -> Result<()> {
         io.write_at(&self.file, &self.path, self.written, &self.buf)?;
-        self.written += self.buf.len() as u64;
+        self.written += to_u64(self.buf.len());
         self.buf.clear();
         Ok(())
     }
@@ -49,8 +50,9 @@ struct Journal {
     allocated: u64,
 }
 
-/// Size a journal is extended to ahead of its frames (sparse: it costs no disk space).
-const JOURNAL_ALLOCATE_BYTES: u64 = 1024 * 1024;
+/// Capacity each of the open chunk's three buffers keeps after a flush: one writer's share of
+/// [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`].
+const BUFFER_KEPT_BYTES_MAX: usize = crate::IDLE_WRITER_BUFFER_BYTES_MAX / 3;
 
 impl Journal {
     /// Starts a journal whose chunk files hold exactly `base` durable bytes, atomically
@@ -66,14 +68,25 @@ impl Journal {
         Ok(Journal {
             path,
             file,
-            len: JOURNAL_HEADER_BYTES as u64,
+            len: to_u64(JOURNAL_HEADER_BYTES),
             allocated: JOURNAL_ALLOCATE_BYTES,
         })
     }
 
+    /// Continues the journal a clean close left in `file`: its frames end at `close_at`, where
+    /// the close record lies (the next frame overwrites it), and the file ends after the record.
+    fn resume(path: PathBuf, file: File, close_at: u64) -> Journal {
+        Journal {
+            path,
+            file,
+            len: close_at,
+            allocated: close_at + to_u64(CLOSE_RECORD_BYTES),
+        }
+    }
+
     /// Appends a frame, first extending the file's size by whole steps if it would not fit.
     fn append(&mut self, io: &Io, frame: &[u8]) -> Result<()> {
-        let end = self.len + frame.len() as u64;
+        let end = self.len + to_u64(frame.len());
         if end > self.allocated {
             self.allocated = end.next_multiple_of(JOURNAL_ALLOCATE_BYTES);
             io.set_len(&self.file, &self.path, self.allocated)?;
@@ -82,6 +95,33 @@ impl Journal {
         self.len = end;
         Ok(())
     }
+}
+
+/// How the journal of an existing tail chunk continues.
+#[derive(Debug)]
+pub(crate) enum JournalStart {
+    /// A fresh journal, based at the chunk files' lengths (after recovery).
+    Fresh,
+    /// The journal a clean close left, open in `file`, its close record at `close_at`.
+    Resume {
+        /// The journal, open for reading and writing.
+        file: File,
+        /// Where the close record lies: the end of the frames.
+        close_at: u64,
+    },
+}
+
+/// What the writer resumes from in an existing tail chunk.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TailState {
+    /// Durable bytes of the chunk's files, each ending with a commit record (or empty).
+    pub lens: ChunkLens,
+    /// Offset of the chunk's first record, if any.
+    pub first: Option<LogOffset>,
+    /// The chunk's last record, a commit, if any.
+    pub last_commit: Option<Record>,
+    /// Offset of the log's last message, in this chunk or an earlier one.
+    pub last_message: Option<LogOffset>,
 }
 
 /// The chunk being appended to (generation 0, never compacted while open).
@@ -99,10 +139,16 @@ pub(crate) struct OpenChunk {
     pub last: Option<LogOffset>,
     /// Whether the last record is a commit.
     pub last_is_commit: bool,
+    /// Offset of the log's last message, in this chunk or an earlier one: a message must come
+    /// after it, a commit carries it.
+    last_message: Option<LogOffset>,
     /// Whether the journal was written since its last sync.
     journal_unsynced: bool,
     /// Whether the chunk files were written in place since they were last synced.
     in_place_unsynced: bool,
+    /// Whether the chunk files were written at all (in place or journaled) since they were last
+    /// synced: their bytes may then be durable only through the journal.
+    files_unsynced: bool,
     /// Bytes the journal took since the last sync.
     journaled: usize,
     /// Bytes the journal takes between two syncs; later writes stay in place.
@@ -110,9 +156,15 @@ pub(crate) struct OpenChunk {
 }
 
 impl OpenChunk {
-    /// Creates the three empty files of chunk `seq` and its journal; the caller syncs the
-    /// directory.
-    pub fn create(io: &Io, dir: &Path, seq: u64, journal_bytes_max: usize) -> Result<Self> {
+    /// Creates the three empty files of chunk `seq` and its journal, following a log whose last
+    /// message is `last_message`; the caller syncs the directory.
+    pub fn create(
+        io: &Io,
+        dir: &Path,
+        seq: u64,
+        last_message: Option<LogOffset>,
+        journal_bytes_max: usize,
+    ) -> Result<Self> {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
@@ -132,24 +184,26 @@ impl OpenChunk {
             first: None,
             last: None,
             last_is_commit: false,
+            last_message,
             journal_unsynced: false,
             in_place_unsynced: false,
+            files_unsynced: false,
             journaled: 0,
             journal_bytes_max,
         })
     }
 
-    /// Opens the existing files of chunk `seq`, which hold exactly `lens` durable bytes, and
-    /// starts a fresh journal from there; the caller syncs the directory.
+    /// Opens the existing files of chunk `seq` as `state` describes them, with a fresh journal
+    /// based at their lengths (the caller then syncs the directory) or the one a clean close left.
     pub fn open(
         io: &Io,
         dir: &Path,
         seq: u64,
-        lens: ChunkLens,
-        first: Option<LogOffset>,
-        last: Option<(Record, bool)>,
+        state: TailState,
+        journal: JournalStart,
         journal_bytes_max: usize,
     ) -> Result<Self> {
+        let lens = state.lens;
         let open = |file, written| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = OpenOptions::new()
@@ -169,12 +223,19 @@ impl OpenChunk {
             json: open(ChunkFile::Json, lens.json)?,
             keys: open(ChunkFile::Keys, lens.keys)?,
             recs: open(ChunkFile::Recs, lens.recs)?,
-            journal: Journal::start(io, dir, seq, lens)?,
-            first,
-            last: last.map(|(r, _)| r.offset),
-            last_is_commit: last.is_some_and(|(r, _)| r.is_commit()),
+            journal: match journal {
+                JournalStart::Fresh => Journal::start(io, dir, seq, lens)?,
+                JournalStart::Resume { file, close_at } => {
+                    Journal::resume(journal_path(dir, seq), file, close_at)
+                }
+            },
+            first: state.first,
+            last: state.last_commit.map(|r| r.offset),
+            last_is_commit: state.last_commit.is_some(),
+            last_message: state.last_message,
             journal_unsynced: false,
             in_place_unsynced: false,
+            files_unsynced: false,
             journaled: 0,
             journal_bytes_max,
         })
@@ -187,7 +248,7 @@ impl OpenChunk {
 
     /// Records in the chunk, written or buffered.
     pub fn record_count(&self) -> u64 {
-        self.recs.len() / RECORD_BYTES as u64
+        self.recs.len() / to_u64(RECORD_BYTES)
     }
 
     /// Bytes held in memory, not yet written.
@@ -195,7 +256,23 @@ impl OpenChunk {
         self.json.buf.len() + self.keys.buf.len() + self.recs.buf.len()
     }
 
-    /// Buffers one record with its JSON and key (both empty for a commit).
+    /// Bytes of memory the buffers hold, used or not.
+    pub fn retained_bytes(&self) -> usize {
+        self.json.buf.capacity() + self.keys.buf.capacity() + self.recs.buf.capacity()
+    }
+
+    /// Gives the memory of the written-out buffers back, but for [`BUFFER_KEPT_BYTES_MAX`] each,
+    /// so that an idle writer holds little however large its last transaction was.
+    pub fn shrink_buffers(&mut self) {
+        assert_eq!(self.buffered_bytes(), 0, "buffers are written out first");
+        for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
+            appender.buf.shrink_to(BUFFER_KEPT_BYTES_MAX);
+        }
+    }
+
+    /// Buffers one record with its JSON and key (both empty for a commit). A message's offset
+    /// must be after every earlier message's, in this chunk or before it; a commit carries the
+    /// offset of the last message (`LogOffset::ZERO` if there is none).
     pub fn push(
         &mut self,
         offset: LogOffset,
@@ -204,11 +281,21 @@ impl OpenChunk {
         json: &[u8],
         key: &[u8],
     ) {
-        if let Some(last) = self.last {
-            assert!(
-                offset >= last,
-                "record offsets must not decrease: {offset} after {last}"
-            );
+        match kind {
+            RecordKind::Message(_) => {
+                if let Some(last) = self.last_message {
+                    assert!(
+                        offset > last,
+                        "message offsets must strictly increase: {offset} after {last}"
+                    );
+                }
+                self.last_message = Some(offset);
+            }
+            RecordKind::Commit => assert_eq!(
+                offset,
+                self.last_message.unwrap_or(LogOffset::ZERO),
+                "a commit carries the offset of the last message"
+            ),
         }
         self.json.buf.extend_from_slice(json);
         self.keys.buf.extend_from_slice(key);
@@ -237,9 +324,9 @@ impl OpenChunk {
             recs: self.recs.written,
         };
         let len = ChunkLens {
-            json: self.json.buf.len() as u64,
-            keys: self.keys.buf.len() as u64,
-            recs: self.recs.buf.len() as u64,
+            json: to_u64(self.json.buf.len()),
+            keys: to_u64(self.keys.buf.len()),
+            recs: to_u64(self.recs.buf.len()),
         };
         // The journal takes whole writes until it holds `journal_bytes_max` bytes since the
         // last sync: a small flush then costs one sync. Later writes stay in place and the next
@@ -270,6 +357,7 @@ impl OpenChunk {
         self.recs.write_out(io)?;
         self.journal.append(io, &frame)?;
         self.in_place_unsynced |= in_place;
+        self.files_unsynced = true;
         self.journal_unsynced = true;
         Ok(())
     }
@@ -303,9 +391,50 @@ impl OpenChunk {
         }
         io.sync_data_all(&files)?;
         self.in_place_unsynced = false;
+        self.files_unsynced &= !chunk_files;
         self.journal_unsynced = false;
         self.journaled = 0;
         Ok(())
+    }
+
+    /// The lengths of the chunk's files, written or buffered.
+    pub fn lens(&self) -> ChunkLens {
+        ChunkLens {
+            json: self.json.len(),
+            keys: self.keys.len(),
+            recs: self.recs.len(),
+        }
+    }
+
+    /// Ends the journal with `record` (not synced): the file is cut to end with it, so the next
+    /// open finds it without reading the journal, and trusts the chunk files as it describes
+    /// them, so they are first synced if written since their last sync (their bytes may be
+    /// durable only through the journal, which that open does not replay). Only after a flush,
+    /// with nothing buffered; the chunk takes no more writes. Returns whether the record was
+    /// written: not when the file would end at a multiple of [`JOURNAL_ALLOCATE_BYTES`], where a
+    /// frame's payload could end too (the next open then runs recovery).
+    pub fn write_close_record(&mut self, io: &Io, record: &CloseRecord) -> Result<bool> {
+        assert!(
+            self.buffered_bytes() == 0 && !self.journal_unsynced && !self.in_place_unsynced,
+            "a close record follows a flush"
+        );
+        assert_eq!(
+            record.lens,
+            self.lens(),
+            "a close record describes the chunk"
+        );
+        let at = self.journal.len;
+        let end = at + to_u64(CLOSE_RECORD_BYTES);
+        if end.is_multiple_of(JOURNAL_ALLOCATE_BYTES) {
+            return Ok(false);
+        }
+        if self.files_unsynced {
+            self.sync(io, true)?;
+        }
+        io.write_at(&self.journal.file, &self.journal.path, at, &record.encode())?;
+        io.set_len(&self.journal.file, &self.journal.path, end)?;
+        self.journal.allocated = end;
+        Ok(true)
     }
 
     /// The index entry describing this chunk once it is closed.
@@ -319,5 +448,53 @@ impl OpenChunk {
             gen: 0,
             flags,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Operation;
+
+    const INSERT: RecordKind = RecordKind::Message(Operation::Insert);
+
+    fn chunk(dir: &tempfile::TempDir, last_message: Option<LogOffset>) -> OpenChunk {
+        OpenChunk::create(&Io::default(), dir.path(), 3, last_message, 1024).unwrap()
+    }
+
+    #[test]
+    fn messages_after_the_last_and_commits_at_it_are_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = chunk(&dir, Some(LogOffset::new(4, 9)));
+        c.push(LogOffset::new(5, 0), INSERT, 0, b"a", b"k");
+        c.push(LogOffset::new(5, 1), INSERT, 0, b"b", b"k");
+        c.push(LogOffset::new(5, 1), RecordKind::Commit, 0, b"", b"");
+        assert_eq!(c.record_count(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "message offsets must strictly increase: 5_0 after 5_0")]
+    fn a_repeated_offset_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = chunk(&dir, None);
+        c.push(LogOffset::new(5, 0), INSERT, 0, b"a", b"k");
+        c.push(LogOffset::new(5, 0), INSERT, 0, b"b", b"k");
+    }
+
+    #[test]
+    #[should_panic(expected = "message offsets must strictly increase: 7_0 after 7_2")]
+    fn an_offset_before_an_earlier_chunks_last_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = chunk(&dir, Some(LogOffset::new(7, 2)));
+        c.push(LogOffset::new(7, 0), INSERT, 0, b"a", b"k");
+    }
+
+    #[test]
+    #[should_panic(expected = "a commit carries the offset of the last message")]
+    fn a_commit_at_another_offset_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = chunk(&dir, None);
+        c.push(LogOffset::new(5, 0), INSERT, 0, b"a", b"k");
+        c.push(LogOffset::new(6, 0), RecordKind::Commit, 0, b"", b"");
     }
 }

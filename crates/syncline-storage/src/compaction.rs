@@ -16,6 +16,7 @@ use crate::format::{
     INDEX_TMP_FILE, RECORD_BYTES,
 };
 use crate::message::Operation;
+use crate::num::{to_u64, to_usize};
 use crate::writer::Writer;
 
 /// Closed chunks at the end of the log that compaction leaves untouched by default.
@@ -105,7 +106,7 @@ impl Writer {
     fn open_json(&self, seq: usize) -> Result<File> {
         let path = chunk_path(
             &self.dir,
-            seq as u64,
+            to_u64(seq),
             self.indexed[seq].gen,
             ChunkFile::Json,
         );
@@ -116,13 +117,13 @@ impl Writer {
     fn load_chunk(&self, seq: usize, msgs: &mut Vec<Msg>) -> Result<()> {
         let entry = self.indexed[seq];
         let read = |file| {
-            let path = chunk_path(&self.dir, seq as u64, entry.gen, file);
+            let path = chunk_path(&self.dir, to_u64(seq), entry.gen, file);
             fs::read(&path).map_err(io_err(&path))
         };
         let (recs, keys) = (read(ChunkFile::Recs)?, read(ChunkFile::Keys)?);
-        let recs_path = || chunk_path(&self.dir, seq as u64, entry.gen, ChunkFile::Recs);
-        if recs.len() as u64 != entry.record_count * RECORD_BYTES as u64
-            || keys.len() as u64 != entry.keys_len
+        let recs_path = || chunk_path(&self.dir, to_u64(seq), entry.gen, ChunkFile::Recs);
+        if to_u64(recs.len()) != entry.record_count * to_u64(RECORD_BYTES)
+            || to_u64(keys.len()) != entry.keys_len
         {
             return Err(corrupt(
                 recs_path(),
@@ -133,7 +134,7 @@ impl Writer {
         for buf in recs.chunks_exact(RECORD_BYTES) {
             let record =
                 Record::decode(buf).ok_or_else(|| corrupt(recs_path(), "invalid record kind"))?;
-            let key_end = usize::try_from(record.key_end).expect("key position fits in memory");
+            let key_end = to_usize(record.key_end);
             if record.json_end < json_pos || key_end < key_pos || key_end > keys.len() {
                 return Err(corrupt(
                     recs_path(),
@@ -178,8 +179,8 @@ impl Writer {
             keys.extend_from_slice(&m.key);
             let flags = m.record.flags | if m.merged.is_some() { FLAG_MERGED } else { 0 };
             let record = Record {
-                json_end: json.len() as u64,
-                key_end: keys.len() as u64,
+                json_end: to_u64(json.len()),
+                key_end: to_u64(keys.len()),
                 flags,
                 ..m.record
             };
@@ -190,15 +191,15 @@ impl Writer {
             (ChunkFile::Keys, &keys),
             (ChunkFile::Recs, &recs),
         ] {
-            let path = chunk_path(&self.dir, seq as u64, gen, file);
+            let path = chunk_path(&self.dir, to_u64(seq), gen, file);
             let f = self.io.create(&path)?;
             self.io.write_at(&f, &path, 0, bytes)?;
             self.io.sync_data(&f, &path)?;
         }
         Ok(ChunkEntry {
-            json_len: json.len() as u64,
-            record_count: (recs.len() / RECORD_BYTES) as u64,
-            keys_len: keys.len() as u64,
+            json_len: to_u64(json.len()),
+            record_count: to_u64(recs.len() / RECORD_BYTES),
+            keys_len: to_u64(keys.len()),
             gen,
             ..old
         })
@@ -228,7 +229,7 @@ impl Writer {
         for &(seq, old, _) in rewritten {
             for file in ChunkFile::ALL {
                 self.io
-                    .remove_file(&chunk_path(&self.dir, seq as u64, old.gen, file))?;
+                    .remove_file(&chunk_path(&self.dir, to_u64(seq), old.gen, file))?;
             }
         }
         self.io.sync_dir(&self.dir)
@@ -236,7 +237,7 @@ impl Writer {
 }
 
 fn read_json(file: &File, m: &Msg) -> std::io::Result<Vec<u8>> {
-    let len = usize::try_from(m.record.json_end - m.json_start).expect("message fits in memory");
+    let len = to_usize(m.record.json_end - m.json_start);
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, m.json_start)?;
     Ok(buf)

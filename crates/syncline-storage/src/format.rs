@@ -44,6 +44,9 @@ pub const JOURNAL_VERSION: u32 = 2;
 pub const JOURNAL_MAGIC: [u8; 8] = *b"SYNCLJNL";
 /// First four bytes of a journal frame.
 pub const FRAME_MAGIC: [u8; 4] = *b"SJFR";
+/// A journal's size is a multiple of this, extended ahead of its frames (sparse: it costs no
+/// disk space), except just after a clean close, which cuts it to end with its close record.
+pub const JOURNAL_ALLOCATE_BYTES: u64 = 1024 * 1024;
 
 /// Record flag: this update was produced by merging several updates (compaction).
 pub const FLAG_MERGED: u8 = 1;
@@ -259,6 +262,17 @@ pub struct ChunkLens {
     pub recs: u64,
 }
 
+impl ChunkLens {
+    /// The lengths after `more` bytes of each file; `None` if one overflows.
+    pub fn checked_add(self, more: ChunkLens) -> Option<ChunkLens> {
+        Some(ChunkLens {
+            json: self.json.checked_add(more.json)?,
+            keys: self.keys.checked_add(more.keys)?,
+            recs: self.recs.checked_add(more.recs)?,
+        })
+    }
+}
+
 /// Encodes a journal header: the chunk lengths that were durable when the journal started.
 pub fn encode_journal_header(base: ChunkLens) -> [u8; JOURNAL_HEADER_BYTES] {
     let mut buf = [0u8; JOURNAL_HEADER_BYTES];
@@ -285,6 +299,84 @@ pub fn decode_journal_header(buf: &[u8]) -> Option<ChunkLens> {
     })
 }
 
+/// Bytes of the close record a clean close leaves at the end of the tail's journal.
+pub const CLOSE_RECORD_BYTES: usize = 64;
+/// First four bytes of a close record.
+pub const CLOSE_MAGIC: [u8; 4] = *b"SJCL";
+/// Close record flag: the log holds a committed message (`last_committed` is set).
+const CLOSE_HAS_COMMITTED: u32 = 1;
+/// Close record flag: the initial snapshot is complete.
+const CLOSE_SNAPSHOT_DONE: u32 = 2;
+
+/// What a clean close leaves as the last 64 bytes of the tail's journal (the file then ends
+/// with it, its size no multiple of [`JOURNAL_ALLOCATE_BYTES`]): the state recovery would
+/// otherwise find by scanning the tail, so that the next open skips the scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseRecord {
+    /// The tail chunk's number (the index's entry count).
+    pub seq: u64,
+    /// Durable lengths of the tail's files; each ends with a commit record (or is empty).
+    pub lens: ChunkLens,
+    /// The last committed message's offset.
+    pub last_committed: Option<LogOffset>,
+    /// Whether the initial snapshot is complete.
+    pub snapshot_done: bool,
+}
+
+impl CloseRecord {
+    /// Encodes the record with its magic and checksum.
+    pub fn encode(&self) -> [u8; CLOSE_RECORD_BYTES] {
+        let mut buf = [0u8; CLOSE_RECORD_BYTES];
+        buf[0..4].copy_from_slice(&CLOSE_MAGIC);
+        let last = self.last_committed.unwrap_or(LogOffset::ZERO);
+        let fields = [
+            self.seq,
+            self.lens.json,
+            self.lens.keys,
+            self.lens.recs,
+            last.tx,
+            last.op,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            buf[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut flags = 0;
+        if self.last_committed.is_some() {
+            flags |= CLOSE_HAS_COMMITTED;
+        }
+        if self.snapshot_done {
+            flags |= CLOSE_SNAPSHOT_DONE;
+        }
+        buf[56..60].copy_from_slice(&flags.to_le_bytes());
+        let crc = crc32fast::hash(&buf[8..CLOSE_RECORD_BYTES]);
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes a record; `None` without the magic or with a checksum that does not match.
+    pub fn decode(buf: &[u8]) -> Option<CloseRecord> {
+        assert_eq!(buf.len(), CLOSE_RECORD_BYTES);
+        let intact = buf[0..4] == CLOSE_MAGIC
+            && crc32fast::hash(&buf[8..CLOSE_RECORD_BYTES])
+                == u32::from_le_bytes(buf[4..8].try_into().unwrap());
+        if !intact {
+            return None;
+        }
+        let flags = u32::from_le_bytes(buf[56..60].try_into().unwrap());
+        Some(CloseRecord {
+            seq: u64_at(buf, 8),
+            lens: ChunkLens {
+                json: u64_at(buf, 16),
+                keys: u64_at(buf, 24),
+                recs: u64_at(buf, 32),
+            },
+            last_committed: (flags & CLOSE_HAS_COMMITTED != 0)
+                .then(|| LogOffset::new(u64_at(buf, 40), u64_at(buf, 48))),
+            snapshot_done: flags & CLOSE_SNAPSHOT_DONE != 0,
+        })
+    }
+}
+
 /// The header of one journal frame: where its bytes go in the chunk files, and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -308,19 +400,20 @@ impl FrameHeader {
         self.flags & FRAME_RECORDS_IN_PLACE != 0
     }
 
-    /// Bytes of payload following the header in the journal.
-    pub fn payload_len(&self) -> u64 {
+    /// Bytes of payload following the header in the journal; `None` if they overflow (a
+    /// damaged header).
+    pub fn payload_len(&self) -> Option<u64> {
         let records = if self.records_in_place() {
             0
         } else {
-            self.len.recs + self.len.keys
+            self.len.recs.checked_add(self.len.keys)?
         };
         let json = if self.json_in_place() {
             0
         } else {
             self.len.json
         };
-        records + json
+        records.checked_add(json)
     }
 
     /// Encodes the header; the checksum covers it and the frame's payload (empty slices for
@@ -466,7 +559,7 @@ mod tests {
             record_count: 60,
             keys_len: 300,
             gen: 2,
-            flags: FLAG_SNAPSHOT_DONE as u16,
+            flags: u16::from(FLAG_SNAPSHOT_DONE),
         };
         let mut buf = entry.encode();
         assert_eq!(ChunkEntry::decode(&buf), Some(entry));
@@ -505,7 +598,7 @@ mod tests {
         };
         let buf = frame.encode(&[7; 40], b"k", b"abc");
         assert_eq!(FrameHeader::decode(&buf), Some(frame));
-        assert_eq!(frame.payload_len(), 44);
+        assert_eq!(frame.payload_len(), Some(44));
         assert!(FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abc"));
         assert!(!FrameHeader::checksum_matches(&buf, &[7; 40], b"k", b"abd"));
         let in_place = FrameHeader {
@@ -513,7 +606,18 @@ mod tests {
             ..frame
         };
         assert!(in_place.json_in_place() && in_place.records_in_place());
-        assert_eq!(in_place.payload_len(), 0);
+        assert_eq!(in_place.payload_len(), Some(0));
+        let huge = FrameHeader {
+            len: ChunkLens {
+                json: 1,
+                keys: 1,
+                recs: u64::MAX,
+            },
+            ..frame
+        };
+        assert_eq!(huge.payload_len(), None);
+        assert_eq!(base.checked_add(huge.len), None);
+        assert_eq!(base.checked_add(frame.len).map(|l| l.recs), Some(80));
         let mut v1 = encode_journal_header(base);
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
         let crc = crc32fast::hash(&v1[0..60]);

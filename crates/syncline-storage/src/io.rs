@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{io_err, Result};
+use crate::num::{to_u64, to_usize};
 
 /// Counts the writer's write boundaries, optionally stops it at one, and tracks unsynced data.
 #[derive(Debug, Default)]
@@ -61,8 +62,10 @@ impl FaultPlan {
         hole: bool,
         mut pick: impl FnMut(u64) -> u64,
     ) -> io::Result<()> {
-        let mut files = self.files.lock().unwrap();
-        for (path, t) in files.drain() {
+        // In path order, so that the same `pick` always hits the same files.
+        let mut files: Vec<(PathBuf, Tracked)> = self.files.lock().unwrap().drain().collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, t) in files {
             if !path.exists() {
                 continue;
             }
@@ -75,7 +78,7 @@ impl FaultPlan {
             let file = OpenOptions::new().write(true).open(&path)?;
             if hole {
                 file.set_len(t.len)?;
-                file.write_all_at(&vec![0u8; n as usize], t.synced_len)?;
+                file.write_all_at(&vec![0u8; to_usize(n)], t.synced_len)?;
             } else {
                 file.set_len(t.synced_len + n)?;
             }
@@ -157,7 +160,7 @@ impl Io {
         }
         self.boundary(path)?;
         file.write_all_at(buf, pos).map_err(io_err(path))?;
-        let end = pos + buf.len() as u64;
+        let end = pos + to_u64(buf.len());
         self.track(path, |t| t.len = t.len.max(end));
         Ok(())
     }

@@ -6,8 +6,10 @@
 //! sparse index of fixed-width entries; the chunks not yet indexed are made durable through a
 //! journal, so a small flush costs one `fdatasync` (a large one also syncs the chunk files it
 //! wrote in place, rather than writing its bytes twice). One [`Writer`] per shape appends, commits and
-//! flushes in batches; any number of [`Reader`]s, in any process, read through the files alone.
-//! `docs/storage-format.md` specifies the layout, the write order and recovery.
+//! flushes in batches, and closes so that reopening it skips recovery; any number of
+//! [`Reader`]s, in any process, read through the files alone and hold no descriptor between
+//! reads, so idle shapes cost no open files. `docs/storage-format.md` specifies the layout, the
+//! write order and recovery.
 //!
 //! ```
 //! use syncline_storage::{LogOffset, Message, Operation, Store, WriterOptions};
@@ -27,6 +29,8 @@
 //! assert_eq!(body.read_to_vec().unwrap(), json);
 //! assert_eq!(response.end_offset, Some(offset));
 //! assert!(response.up_to_date);
+//!
+//! writer.close().unwrap(); // the next open_writer resumes without recovery
 //! ```
 //!
 //! **Invariant:** this crate knows nothing of Postgres or HTTP: it stores opaque JSON bytes
@@ -41,6 +45,7 @@ mod format;
 mod index;
 mod io;
 mod message;
+mod num;
 mod reader;
 mod recovery;
 mod store;
@@ -50,7 +55,7 @@ pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
 pub use error::{Result, StorageError};
 pub use io::FaultPlan;
 pub use message::{Message, Operation};
-pub use reader::{FileRange, ReadResult, Reader};
+pub use reader::{FileRange, MessageSpan, Messages, ReadResult, Reader};
 pub use store::{
     Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX,
     WRITE_BUFFER_BYTES_MAX_DEFAULT,
@@ -60,3 +65,7 @@ pub use writer::Writer;
 
 /// Longest message key, in bytes.
 pub const KEY_BYTES_MAX: usize = 64 * 1024;
+
+/// Bytes of write buffers a writer keeps after a flush, at most: an idle writer holds little
+/// memory however large its last transaction was.
+pub const IDLE_WRITER_BUFFER_BYTES_MAX: usize = 12 * 1024;

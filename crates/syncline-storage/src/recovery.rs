@@ -1,21 +1,24 @@
 //! Opening a shape for writing: take the lock, then cut the log back to its last durable commit.
 
 use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::OpenChunk;
+use crate::chunk::{JournalStart, OpenChunk, TailState};
 use crate::error::{corrupt, io_err, Result, StorageError};
 use crate::format::{
     chunk_path, decode_journal_header, journal_path, parse_chunk_name, parse_journal_name,
-    ChunkEntry, ChunkFile, ChunkLens, FrameHeader, Record, ShapeMeta, ENTRY_BYTES,
-    FLAG_SNAPSHOT_DONE, FRAME_HEADER_BYTES, INDEX_FILE, INDEX_TMP_FILE, JOURNAL_HEADER_BYTES,
-    META_BYTES, META_FILE, RECORD_BYTES,
+    ChunkEntry, ChunkFile, ChunkLens, CloseRecord, FrameHeader, Record, ShapeMeta,
+    CLOSE_RECORD_BYTES, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, FRAME_HEADER_BYTES, INDEX_FILE,
+    INDEX_TMP_FILE, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, META_BYTES, META_FILE,
+    RECORD_BYTES,
 };
 use crate::index::decode_entries;
 use crate::io::Io;
+use crate::num::{to_u64, to_usize};
 use crate::writer::Writer;
 use crate::WriterOptions;
 
@@ -29,7 +32,22 @@ struct TailScan {
     last_message: Option<LogOffset>,
 }
 
-/// Opens the shape in `dir` for writing and recovers it (see "Recovery" in the format doc).
+/// What a clean close left: its record, the journal it ends, and the tail's first record's
+/// offset and last record (a commit).
+struct Clean {
+    record: CloseRecord,
+    journal: File,
+    close_at: u64,
+    first: Option<LogOffset>,
+    last_commit: Option<Record>,
+}
+
+/// The writer's state once the tail is open: the tail, the last committed offset, and whether
+/// the snapshot is complete.
+type Opened = (OpenChunk, Option<LogOffset>, bool);
+
+/// Opens the shape in `dir` for writing: resumes it as a clean close left it, or else recovers
+/// it (see "Recovery" in the format doc).
 pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> Result<Writer> {
     let io = Io::new(options.fault_plan.clone());
     let (lock, meta) = lock_shape(dir, shape)?;
@@ -41,34 +59,14 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         .map_err(io_err(&index_path))?;
     let bytes = fs::read(&index_path).map_err(io_err(&index_path))?;
     let indexed = decode_entries(&bytes, None);
-    let valid_len = (indexed.len() * ENTRY_BYTES) as u64;
-    if bytes.len() as u64 != valid_len {
-        io.truncate(&index, &index_path, valid_len)?;
-    }
-    remove_unreferenced_files(&io, dir, &indexed)?;
-    let seq = indexed.len() as u64;
-    let prev_last = indexed.last().map(|e| e.last);
-    replay_journal(&io, dir, seq)?;
-    let scan = scan_tail(dir, seq, prev_last)?;
-    cut_tail(&io, dir, seq, scan.lens)?;
-    let last = scan.last_commit.map(|r| (r, true));
-    let tail = OpenChunk::open(
-        &io,
-        dir,
-        seq,
-        scan.lens,
-        scan.first,
-        last,
-        options.journal_bytes_max,
-    )?;
-    io.sync_dir(dir)?;
-    let scan = Some(scan);
-    let last_commit = scan.as_ref().and_then(|s| s.last_commit);
-    let last_committed = scan.and_then(|s| s.last_message).or(prev_last);
-    let snapshot_done = match (last_commit, indexed.last()) {
-        (Some(r), _) => r.flags & FLAG_SNAPSHOT_DONE != 0,
-        (None, Some(e)) => e.flags & u16::from(FLAG_SNAPSHOT_DONE) != 0,
-        (None, None) => false,
+    let clean = if bytes.len() == indexed.len() * ENTRY_BYTES {
+        closed_cleanly(dir, to_u64(indexed.len()))?
+    } else {
+        None
+    };
+    let (tail, last_committed, snapshot_done) = match clean {
+        Some(clean) => reopen_clean(&io, dir, &indexed, clean, options.journal_bytes_max)?,
+        None => recover(&io, dir, &index, &indexed, options.journal_bytes_max)?,
     };
     Ok(Writer {
         dir: dir.to_path_buf(),
@@ -90,6 +88,153 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         dir_dirty: false,
         poisoned: false,
     })
+}
+
+/// Recovery proper (steps 2 to 6 of "Recovery" in the format doc): cuts the index, the
+/// chunks and the tail back to the last intact commit and starts a fresh journal.
+fn recover(
+    io: &Io,
+    dir: &Path,
+    index: &File,
+    indexed: &[ChunkEntry],
+    journal_bytes_max: usize,
+) -> Result<Opened> {
+    let index_path = dir.join(INDEX_FILE);
+    let valid_len = to_u64(indexed.len() * ENTRY_BYTES);
+    if file_len(index, &index_path)? != valid_len {
+        io.truncate(index, &index_path, valid_len)?;
+    }
+    remove_unreferenced_files(io, dir, indexed)?;
+    let seq = to_u64(indexed.len());
+    let prev_last = indexed.last().map(|e| e.last);
+    replay_journal(io, dir, seq)?;
+    let scan = scan_tail(dir, seq, prev_last)?;
+    cut_tail(io, dir, seq, scan.lens)?;
+    let last_commit = scan.last_commit;
+    let last_committed = scan.last_message.or(prev_last);
+    let state = TailState {
+        lens: scan.lens,
+        first: scan.first,
+        last_commit,
+        last_message: last_committed,
+    };
+    let tail = OpenChunk::open(io, dir, seq, state, JournalStart::Fresh, journal_bytes_max)?;
+    io.sync_dir(dir)?;
+    let snapshot_done = match (last_commit, indexed.last()) {
+        (Some(r), _) => r.flags & FLAG_SNAPSHOT_DONE != 0,
+        (None, Some(e)) => e.flags & u16::from(FLAG_SNAPSHOT_DONE) != 0,
+        (None, None) => false,
+    };
+    Ok((tail, last_committed, snapshot_done))
+}
+
+/// The tail as a clean close left it, if the journal of tail `seq` ends with a close record for
+/// it (its size no multiple of [`JOURNAL_ALLOCATE_BYTES`]) and the tail's files still hold what
+/// the record says: each at least its length, the records ending with a commit at the JSON and
+/// key lengths and at the last committed offset. `None` otherwise: recovery runs. Reads only.
+fn closed_cleanly(dir: &Path, seq: u64) -> Result<Option<Clean>> {
+    let path = journal_path(dir, seq);
+    let journal = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let len = file_len(&journal, &path)?;
+    let close_at = len.checked_sub(to_u64(CLOSE_RECORD_BYTES)).filter(|&at| {
+        at >= to_u64(JOURNAL_HEADER_BYTES) && !len.is_multiple_of(JOURNAL_ALLOCATE_BYTES)
+    });
+    let Some(close_at) = close_at else {
+        return Ok(None);
+    };
+    let mut buf = [0u8; CLOSE_RECORD_BYTES];
+    journal
+        .read_exact_at(&mut buf, close_at)
+        .map_err(io_err(&path))?;
+    let Some(record) = CloseRecord::decode(&buf).filter(|r| r.seq == seq) else {
+        return Ok(None);
+    };
+    let lens = record.lens;
+    for (file, want) in [
+        (ChunkFile::Json, lens.json),
+        (ChunkFile::Keys, lens.keys),
+        (ChunkFile::Recs, lens.recs),
+    ] {
+        let p = chunk_path(dir, seq, 0, file);
+        match fs::metadata(&p) {
+            Ok(m) if m.len() >= want => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&p)(e)),
+        }
+    }
+    let record_len = to_u64(RECORD_BYTES);
+    if lens.recs % record_len != 0 {
+        return Ok(None);
+    }
+    if lens.recs == 0 {
+        let empty = lens.json == 0 && lens.keys == 0 && record.last_committed.is_none();
+        return Ok(empty.then_some(Clean {
+            record,
+            journal,
+            close_at,
+            first: None,
+            last_commit: None,
+        }));
+    }
+    let recs_path = chunk_path(dir, seq, 0, ChunkFile::Recs);
+    let recs = File::open(&recs_path).map_err(io_err(&recs_path))?;
+    let mut first = [0u8; RECORD_BYTES];
+    recs.read_exact_at(&mut first, 0)
+        .map_err(io_err(&recs_path))?;
+    let mut last = [0u8; RECORD_BYTES];
+    recs.read_exact_at(&mut last, lens.recs - record_len)
+        .map_err(io_err(&recs_path))?;
+    let first = Record::decode(&first).map(|r| r.offset);
+    let last_commit = Record::decode(&last).filter(|r| {
+        r.is_commit()
+            && Record::checksum_matches(&last, &[], &[])
+            && r.json_end == lens.json
+            && r.key_end == lens.keys
+            && r.offset == record.last_committed.unwrap_or(LogOffset::ZERO)
+    });
+    if first.is_none() || last_commit.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Clean {
+        record,
+        journal,
+        close_at,
+        first,
+        last_commit,
+    }))
+}
+
+/// Resumes the tail a clean close left, without scanning it and, normally, without writing:
+/// only what a later session left and never made durable is undone (files of chunks it
+/// created, bytes it appended in place), as recovery would.
+fn reopen_clean(
+    io: &Io,
+    dir: &Path,
+    indexed: &[ChunkEntry],
+    clean: Clean,
+    journal_bytes_max: usize,
+) -> Result<Opened> {
+    remove_unreferenced_files(io, dir, indexed)?;
+    let seq = to_u64(indexed.len());
+    let record = clean.record;
+    cut_tail(io, dir, seq, record.lens)?;
+    let state = TailState {
+        lens: record.lens,
+        first: clean.first,
+        last_commit: clean.last_commit,
+        last_message: record.last_committed,
+    };
+    let journal = JournalStart::Resume {
+        file: clean.journal,
+        close_at: clean.close_at,
+    };
+    let tail = OpenChunk::open(io, dir, seq, state, journal, journal_bytes_max)?;
+    Ok((tail, record.last_committed, record.snapshot_done))
 }
 
 /// Reads the header and takes the shape's exclusive writer lock.
@@ -129,13 +274,13 @@ pub(crate) fn read_meta(path: &Path) -> Result<ShapeMeta> {
 /// Removes chunk files no index entry or tail refers to: leftovers of a compaction or of chunks
 /// closed by a transaction that never became durable.
 fn remove_unreferenced_files(io: &Io, dir: &Path, indexed: &[ChunkEntry]) -> Result<()> {
-    let tail_seq = indexed.len() as u64;
+    let tail_seq = to_u64(indexed.len());
     let mut removed = false;
     for dirent in fs::read_dir(dir).map_err(io_err(dir))? {
         let dirent = dirent.map_err(io_err(dir))?;
         let name = dirent.file_name().to_string_lossy().into_owned();
         let referenced = match (parse_chunk_name(&name), parse_journal_name(&name)) {
-            (Some((seq, gen)), _) if seq < tail_seq => indexed[seq as usize].gen == gen,
+            (Some((seq, gen)), _) if seq < tail_seq => indexed[to_usize(seq)].gen == gen,
             (Some((seq, gen)), _) => seq == tail_seq && gen == 0,
             (None, Some(seq)) => seq == tail_seq,
             (None, None) => name != INDEX_TMP_FILE && !name.ends_with(".tmp"),
@@ -146,7 +291,7 @@ fn remove_unreferenced_files(io: &Io, dir: &Path, indexed: &[ChunkEntry]) -> Res
         }
     }
     for (seq, e) in indexed.iter().enumerate() {
-        let path = chunk_path(dir, seq as u64, e.gen, ChunkFile::Recs);
+        let path = chunk_path(dir, to_u64(seq), e.gen, ChunkFile::Recs);
         if !path.exists() {
             return Err(corrupt(path, "indexed chunk file is missing"));
         }
@@ -187,27 +332,32 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
         .get(at..at + FRAME_HEADER_BYTES)
         .and_then(FrameHeader::decode)
     {
-        let total = header.payload_len() as usize;
-        let Some(payload) = bytes.get(at + FRAME_HEADER_BYTES..at + FRAME_HEADER_BYTES + total)
+        // Lengths that overflow belong to a damaged header: the replay ends there.
+        let total = header.payload_len().and_then(|n| usize::try_from(n).ok());
+        let (Some(total), Some(end)) = (total, pos.checked_add(header.len)) else {
+            break;
+        };
+        let payload_at = at + FRAME_HEADER_BYTES;
+        let Some(payload) = payload_at
+            .checked_add(total)
+            .and_then(|payload_end| bytes.get(payload_at..payload_end))
         else {
             break;
         };
         let (r, k, j) = if header.records_in_place() {
             (&[][..], &[][..], payload)
         } else {
-            let (r, rest) = payload.split_at(header.len.recs as usize);
-            let (k, j) = rest.split_at(header.len.keys as usize);
+            let (r, rest) = payload.split_at(to_usize(header.len.recs));
+            let (k, j) = rest.split_at(to_usize(header.len.keys));
             (r, k, j)
         };
         // Bytes kept in place must at least be there; record checksums verify them next.
         let reaches = |(file, path): &(File, PathBuf), end: u64| -> Result<bool> {
             Ok(file_len(file, path)? >= end)
         };
-        let in_place_present = (!header.json_in_place()
-            || reaches(&json, pos.json + header.len.json)?)
+        let in_place_present = (!header.json_in_place() || reaches(&json, end.json)?)
             && (!header.records_in_place()
-                || (reaches(&recs, pos.recs + header.len.recs)?
-                    && reaches(&keys, pos.keys + header.len.keys)?));
+                || (reaches(&recs, end.recs)? && reaches(&keys, end.keys)?));
         if header.at != pos
             || !in_place_present
             || !FrameHeader::checksum_matches(&bytes[at..at + FRAME_HEADER_BYTES], r, k, j)
@@ -217,12 +367,8 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
         io.write_at(&recs.0, &recs.1, pos.recs, r)?;
         io.write_at(&keys.0, &keys.1, pos.keys, k)?;
         io.write_at(&json.0, &json.1, pos.json, j)?;
-        pos = ChunkLens {
-            json: pos.json + header.len.json,
-            keys: pos.keys + header.len.keys,
-            recs: pos.recs + header.len.recs,
-        };
-        at += FRAME_HEADER_BYTES + total;
+        pos = end;
+        at = payload_at + total;
     }
     for ((file, p), len) in [(&json, pos.json), (&keys, pos.keys), (&recs, pos.recs)] {
         io.truncate(file, p, len)?;
@@ -260,14 +406,14 @@ fn scan_tail(dir: &Path, seq: u64, prev_last: Option<LogOffset>) -> Result<TailS
             break;
         };
         let in_bounds = json_pos <= rec.json_end
-            && rec.json_end <= json.len() as u64
+            && rec.json_end <= to_u64(json.len())
             && key_pos <= rec.key_end
-            && rec.key_end <= keys.len() as u64;
+            && rec.key_end <= to_u64(keys.len());
         if !in_bounds {
             break;
         }
-        let json_bytes = &json[json_pos as usize..rec.json_end as usize];
-        let key_bytes = &keys[key_pos as usize..rec.key_end as usize];
+        let json_bytes = &json[to_usize(json_pos)..to_usize(rec.json_end)];
+        let key_bytes = &keys[to_usize(key_pos)..to_usize(rec.key_end)];
         if !Record::checksum_matches(buf, json_bytes, key_bytes) {
             break;
         }
@@ -278,7 +424,7 @@ fn scan_tail(dir: &Path, seq: u64, prev_last: Option<LogOffset>) -> Result<TailS
             scan.lens = ChunkLens {
                 json: rec.json_end,
                 keys: rec.key_end,
-                recs: ((i + 1) * RECORD_BYTES) as u64,
+                recs: to_u64((i + 1) * RECORD_BYTES),
             };
             scan.first = first;
             scan.last_commit = Some(rec);

@@ -121,7 +121,7 @@ impl Store {
         let index_path = tmp.join(INDEX_FILE);
         let index = io.create(&index_path)?;
         io.sync_data(&index, &index_path)?;
-        OpenChunk::create(&io, &tmp, 0, options.journal_bytes_max)?;
+        OpenChunk::create(&io, &tmp, 0, None, options.journal_bytes_max)?;
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;
@@ -129,6 +129,8 @@ impl Store {
     }
 
     /// Opens an existing shape for writing, first cutting it back to its last durable commit.
+    /// After a [`Writer::close`] that left a close record this writes nothing and scans nothing;
+    /// otherwise it runs recovery (see `docs/storage-format.md`).
     pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
         open_writer(&self.shape_dir(shape)?, shape, options)
     }

@@ -8,11 +8,12 @@ use syncline_core::LogOffset;
 use crate::chunk::OpenChunk;
 use crate::error::{Result, StorageError};
 use crate::format::{
-    journal_path, ChunkEntry, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED, FLAG_SNAPSHOT_DONE,
-    INDEX_FILE,
+    journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
+    FLAG_SNAPSHOT_DONE, INDEX_FILE,
 };
 use crate::io::Io;
 use crate::message::Message;
+use crate::num::to_u64;
 use crate::KEY_BYTES_MAX;
 
 /// Appends to one shape log. Only one exists per shape at a time, across processes (it holds an
@@ -21,6 +22,9 @@ use crate::KEY_BYTES_MAX;
 /// Appended messages become visible to readers and durable only at [`Writer::flush`], and only
 /// up to the last [`Writer::commit`]. After any I/O error the writer refuses further work
 /// ([`StorageError::Poisoned`]); reopening the shape recovers to the last durable commit.
+///
+/// An open writer holds six file descriptors and the lock; [`Writer::close`] releases them so
+/// cheaply that idle shapes can be closed and reopened on demand.
 #[derive(Debug)]
 pub struct Writer {
     pub(crate) dir: PathBuf,
@@ -52,6 +56,9 @@ impl Writer {
     ///
     /// A transaction may arrive in any number of calls; buffers are written to the files (not
     /// synced) whenever they pass the write-buffer bound, so a huge transaction streams through.
+    /// A chunk closes before a message once it holds `chunk_bytes_max` bytes of JSON, and before
+    /// the first message after the initial snapshot (offsets with TX 0 and the rest never share a
+    /// chunk).
     pub fn append(&mut self, messages: &[Message<'_>]) -> Result<()> {
         let mut last = self.last_appended;
         for m in messages {
@@ -68,7 +75,10 @@ impl Writer {
         }
         self.guarded(|w| {
             for m in messages {
-                if w.tail.json_len() >= w.chunk_bytes_max && w.tail.record_count() > 0 {
+                let after_snapshot = m.offset.tx > 0 && w.last_appended.is_some_and(|l| l.tx == 0);
+                if (w.tail.json_len() >= w.chunk_bytes_max || after_snapshot)
+                    && w.tail.record_count() > 0
+                {
                     w.roll_over()?;
                 }
                 w.tail
@@ -95,10 +105,28 @@ impl Writer {
         })
     }
 
-    /// Marks the initial snapshot complete (committing any open transaction with it); readers
-    /// learn it from the files after the next flush.
-    pub fn complete_snapshot(&mut self) -> Result<()> {
+    /// Appends `end` (the snapshot's closing message) to the current chunk whatever its size,
+    /// and marks the initial snapshot complete, committing it; readers learn it from the files
+    /// after the next flush.
+    pub fn complete_snapshot(&mut self, end: &Message<'_>) -> Result<()> {
+        if end.key.len() > KEY_BYTES_MAX {
+            return Err(StorageError::KeyTooLong(end.key.len()));
+        }
+        if let Some(last) = self.last_appended.filter(|&l| end.offset <= l) {
+            return Err(StorageError::OffsetNotIncreasing {
+                offset: end.offset,
+                last,
+            });
+        }
         self.guarded(|w| {
+            w.tail.push(
+                end.offset,
+                RecordKind::Message(end.op),
+                0,
+                end.json,
+                end.key,
+            );
+            w.last_appended = Some(end.offset);
             w.snapshot_done = true;
             w.push_commit();
             Ok(())
@@ -107,10 +135,12 @@ impl Writer {
 
     /// Writes everything buffered, makes every commit so far durable (the journal, new directory
     /// entries, then index entries, each synced) and returns the last durable committed offset.
+    /// Afterwards the writer keeps at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] of buffers.
     pub fn flush(&mut self) -> Result<Option<LogOffset>> {
         self.guarded(|w| {
             let committed = w.last_committed;
             w.tail.write_and_sync_journal(&w.io)?;
+            w.tail.shrink_buffers();
             if w.dir_dirty {
                 w.io.sync_dir(&w.dir)?;
                 w.dir_dirty = false;
@@ -119,6 +149,37 @@ impl Writer {
             w.durable = committed;
             Ok(committed)
         })
+    }
+
+    /// Closes the log, releasing its files and its lock: makes every commit durable, as
+    /// [`Writer::flush`] does, and returns the last durable committed offset.
+    ///
+    /// Unless a transaction is open, it then syncs the tail's chunk files (if the flushes since
+    /// their last sync made them durable only through the journal) and ends the journal with a
+    /// close record (written, not synced), so that the next [`crate::Store::open_writer`]
+    /// resumes the log without recovery's replay and scan of the tail and without writing. An
+    /// open transaction is discarded, as by a crash: the next open runs recovery, which cuts
+    /// the log back to the last commit. (Dropping a writer without closing it discards what
+    /// was not flushed, and the next open runs recovery too.)
+    pub fn close(mut self) -> Result<Option<LogOffset>> {
+        let durable = self.flush()?;
+        if self.txn_open {
+            return Ok(durable);
+        }
+        self.guarded(|w| {
+            assert!(
+                w.closed_pending.is_empty() && w.closed_committed.is_empty(),
+                "a flush with no transaction open indexes every closed chunk"
+            );
+            let record = CloseRecord {
+                seq: w.tail.seq,
+                lens: w.tail.lens(),
+                last_committed: w.last_committed,
+                snapshot_done: w.snapshot_done,
+            };
+            w.tail.write_close_record(&w.io, &record)
+        })?;
+        Ok(durable)
     }
 
     /// The last committed offset made durable by a flush (or found by recovery).
@@ -136,6 +197,12 @@ impl Writer {
         self.last_appended
     }
 
+    /// Whether messages were appended since the last commit: a transaction is open, and
+    /// [`Writer::close`] (or a drop) would discard it.
+    pub fn in_transaction(&self) -> bool {
+        self.txn_open
+    }
+
     /// Whether [`Writer::complete_snapshot`] was called on this shape.
     pub fn snapshot_complete(&self) -> bool {
         self.snapshot_done
@@ -144,6 +211,11 @@ impl Writer {
     /// Bytes appended but not yet written to the files; callers flush when this grows.
     pub fn buffered_bytes(&self) -> usize {
         self.tail.buffered_bytes()
+    }
+
+    /// Bytes of memory the write buffers hold, used or not (see [`Writer::flush`]).
+    pub fn retained_bytes(&self) -> usize {
+        self.tail.retained_bytes()
     }
 
     /// The shape's directory.
@@ -193,6 +265,7 @@ impl Writer {
             &self.io,
             &self.dir,
             self.tail.seq + 1,
+            self.last_appended,
             self.journal_bytes_max,
         )?;
         self.dir_dirty = true;
@@ -220,13 +293,13 @@ impl Writer {
             })
             .collect();
         let path = self.dir.join(INDEX_FILE);
-        let pos = (self.indexed.len() * ENTRY_BYTES) as u64;
+        let pos = to_u64(self.indexed.len() * ENTRY_BYTES);
         self.io.write_at(&self.index, &path, pos, &bytes)?;
         self.io.sync_data(&self.index, &path)?;
-        let first_new = self.indexed.len() as u64;
+        let first_new = to_u64(self.indexed.len());
         self.indexed.append(&mut self.closed_committed);
         // Indexed chunks were synced when they closed: their journals are no longer needed.
-        for seq in first_new..self.indexed.len() as u64 {
+        for seq in first_new..to_u64(self.indexed.len()) {
             self.io.remove_file(&journal_path(&self.dir, seq))?;
         }
         Ok(())

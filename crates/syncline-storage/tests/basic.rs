@@ -3,7 +3,10 @@
 mod common;
 
 use common::{lines_of, read_all, Owned};
-use syncline_storage::{LogOffset, Operation, StorageError, Store, WriterOptions};
+use syncline_storage::{
+    FaultPlan, LogOffset, Operation, StorageError, Store, WriterOptions,
+    IDLE_WRITER_BUFFER_BYTES_MAX,
+};
 
 fn small_chunks() -> WriterOptions {
     WriterOptions {
@@ -215,9 +218,12 @@ fn snapshot_chunks_are_readable_while_being_written() {
         at = lines.last().map(|l| common::parse_line(l).0).or(at);
         seen.extend(lines);
     }
-    w.complete_snapshot().unwrap();
+    let end = Owned::new(LogOffset::new(0, 300), "", Operation::Insert, "end");
+    w.complete_snapshot(&end.as_message()).unwrap();
     w.flush().unwrap();
     assert!(r.read(at).unwrap().snapshot_complete);
+    let (lines, _) = read_all(&mut r, at);
+    assert_eq!(lines, lines_of(std::slice::from_ref(&end)));
     assert_eq!(seen, lines_of(&rows));
     drop(w);
     assert!(store
@@ -289,4 +295,194 @@ fn a_torn_index_entry_is_read_again_once_complete() {
     assert_eq!(r.closed_chunks().unwrap(), entries - 1);
     std::fs::write(&index, &complete).unwrap();
     assert_eq!(r.closed_chunks().unwrap(), entries);
+}
+
+#[test]
+fn the_snapshot_ends_its_own_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let rows: Vec<Owned> = (0..3)
+        .map(|i| {
+            Owned::new(
+                LogOffset::new(0, i),
+                &format!("k{i}"),
+                Operation::Insert,
+                "r",
+            )
+        })
+        .collect();
+    w.append(&rows.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    let end = Owned::new(LogOffset::new(0, 3), "", Operation::Insert, "end");
+    w.complete_snapshot(&end.as_message()).unwrap();
+    w.flush().unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    let first = r.read(None).unwrap();
+    assert_eq!(
+        (first.chunk, first.end_offset),
+        (0, Some(LogOffset::new(0, 3)))
+    );
+    assert_eq!(r.closed_chunk_last(0).unwrap(), None, "the tail is open");
+
+    let change = Owned::new(LogOffset::new(77, 0), "k0", Operation::Update, "u");
+    w.append(&[change.as_message()]).unwrap();
+    w.commit().unwrap();
+    w.flush().unwrap();
+    assert_eq!(r.closed_chunk_last(0).unwrap(), Some(LogOffset::new(0, 3)));
+    let snapshot = r.read(None).unwrap();
+    assert!(snapshot.chunk_closed);
+    assert_eq!(
+        (snapshot.chunk, snapshot.end_offset),
+        (0, Some(LogOffset::new(0, 3)))
+    );
+    let log = r.read(Some(LogOffset::new(0, 3))).unwrap();
+    assert_eq!(
+        (log.chunk, log.end_offset),
+        (1, Some(LogOffset::new(77, 0)))
+    );
+    assert_eq!(
+        common::parse_line(&log.body.unwrap().read_to_vec().unwrap()).0,
+        LogOffset::new(77, 0),
+        "the log's first chunk holds only the log"
+    );
+}
+
+/// Write buffers grow with a transaction (up to the write-buffer bound) and give their memory
+/// back at the flush: an idle writer keeps a small, bounded buffer.
+#[test]
+fn an_idle_writer_keeps_little_buffer_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &WriterOptions::default()).unwrap();
+    assert!(w.retained_bytes() <= IDLE_WRITER_BUFFER_BYTES_MAX);
+    for (tx, rows) in [(1, 500), (2, 3_000), (3, 1)] {
+        let msgs = txn(tx, rows);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        if rows == 500 {
+            assert!(
+                w.retained_bytes() > 500 * 150,
+                "the buffers hold the transaction: {} bytes",
+                w.retained_bytes()
+            );
+        }
+        w.flush().unwrap();
+        assert!(
+            w.retained_bytes() <= IDLE_WRITER_BUFFER_BYTES_MAX,
+            "{} bytes kept after a flush of {rows} rows",
+            w.retained_bytes()
+        );
+    }
+}
+
+/// Appends transactions `txns` (of `txn(tx, 3)`) and commits each.
+fn append_txns(
+    w: &mut syncline_storage::Writer,
+    txns: std::ops::RangeInclusive<u64>,
+) -> Vec<Owned> {
+    let mut all = Vec::new();
+    for tx in txns {
+        let msgs = txn(tx, 3);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        all.extend(msgs);
+    }
+    all
+}
+
+/// Options counting the writer's write boundaries (every write, sync, create, rename...).
+fn counted(plan: &std::sync::Arc<FaultPlan>) -> WriterOptions {
+    WriterOptions {
+        fault_plan: Some(plan.clone()),
+        ..small_chunks()
+    }
+}
+
+/// A clean close leaves a close record: the next open resumes the log without recovery and
+/// without writing anything, and the log goes on as if it had never been closed.
+#[test]
+fn a_cleanly_closed_log_reopens_without_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let mut all = append_txns(&mut w, 1..=30);
+    assert_eq!(w.close().unwrap(), Some(all.last().unwrap().offset));
+    for round in 0..3u64 {
+        let plan = FaultPlan::unlimited();
+        let mut w = store.open_writer("s", &counted(&plan)).unwrap();
+        assert_eq!(plan.boundaries(), 0, "a clean reopen writes nothing");
+        assert_eq!(w.durable_offset(), Some(all.last().unwrap().offset));
+        assert_eq!(w.last_appended(), w.durable_offset());
+        let first = 31 + round * 20;
+        all.extend(append_txns(&mut w, first..=first + 19));
+        if round == 1 {
+            let last = all.last().unwrap().offset;
+            let end = Owned::new(
+                LogOffset::new(last.tx, last.op + 1),
+                "",
+                Operation::Insert,
+                "end",
+            );
+            w.complete_snapshot(&end.as_message()).unwrap();
+            all.push(end);
+        }
+        assert_eq!(w.close().unwrap(), Some(all.last().unwrap().offset));
+    }
+    let plan = FaultPlan::unlimited();
+    let w = store.open_writer("s", &counted(&plan)).unwrap();
+    assert_eq!(plan.boundaries(), 0);
+    assert!(
+        w.snapshot_complete(),
+        "the snapshot flag survives the close"
+    );
+    drop(w);
+    let mut r = store.open_reader("s").unwrap();
+    assert!(r.closed_chunks().unwrap() >= 3, "the log spans chunks");
+    assert_eq!(read_all(&mut r, None).0, lines_of(&all));
+    // A writer dropped before it wrote anything leaves the log as closed; one dropped after a
+    // flush leaves a journal without a close record, and the next open recovers.
+    let mut w = store.open_writer("s", &small_chunks()).unwrap();
+    all.extend(append_txns(&mut w, 91..=91));
+    w.flush().unwrap();
+    drop(w);
+    let plan = FaultPlan::unlimited();
+    let w = store.open_writer("s", &counted(&plan)).unwrap();
+    assert!(
+        plan.boundaries() > 0,
+        "a writer that was dropped is recovered"
+    );
+    assert_eq!(w.durable_offset(), Some(all.last().unwrap().offset));
+}
+
+/// Closing a writer whose transaction is open discards the transaction, as a crash would; the
+/// next open recovers the last commit. An empty log closes and reopens cleanly too.
+#[test]
+fn a_close_discards_an_open_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let w = store.create_shape("empty", &small_chunks()).unwrap();
+    assert_eq!(w.close().unwrap(), None);
+    let plan = FaultPlan::unlimited();
+    let w = store.open_writer("empty", &counted(&plan)).unwrap();
+    assert_eq!((plan.boundaries(), w.durable_offset()), (0, None));
+
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let committed = append_txns(&mut w, 1..=10);
+    assert!(!w.in_transaction());
+    let open = txn(11, 200);
+    w.append(&open.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    assert!(w.in_transaction());
+    assert_eq!(w.close().unwrap(), Some(committed.last().unwrap().offset));
+    let plan = FaultPlan::unlimited();
+    let mut w = store.open_writer("s", &counted(&plan)).unwrap();
+    assert!(plan.boundaries() > 0, "recovery ran");
+    assert_eq!(w.last_appended(), Some(committed.last().unwrap().offset));
+    let again = append_txns(&mut w, 11..=12);
+    w.close().unwrap();
+    let (lines, _) = read_all(&mut store.open_reader("s").unwrap(), None);
+    assert_eq!(lines, lines_of(&[committed, again].concat()));
 }

@@ -16,6 +16,11 @@ const SHAPE: &str = "crashy";
 const WORKLOAD_TXNS: u64 = 16;
 /// The transaction after which the workload compacts the log.
 const COMPACT_AFTER_TXN: u64 = 10;
+/// The transaction after which the workload closes the writer and reopens it.
+const CLOSE_AFTER_TXN: u64 = 7;
+/// The transaction in the middle of which the workload closes the writer (discarding it) and
+/// reopens it, then writes the transaction again.
+const CLOSE_IN_TXN: u64 = 12;
 
 /// Small chunks and buffers so the workload crosses many chunk ends, mid-transaction too, and
 /// writes JSON, records and keys both through the journal and in place.
@@ -31,13 +36,26 @@ fn options(plan: Option<Arc<FaultPlan>>) -> WriterOptions {
 /// Runs the workload until it ends or fails; returns the last transaction reported durable.
 fn run_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<()> {
     let store = Store::open(root)?;
-    let mut w = store.create_shape(SHAPE, &options(Some(plan)))?;
+    let mut w = store.create_shape(SHAPE, &options(Some(plan.clone())))?;
     for t in 1..=WORKLOAD_TXNS {
         let msgs = workload_txn(t);
+        if t == CLOSE_IN_TXN {
+            w.append(&[msgs[0].as_message()])?;
+            let reported = w.close()?;
+            assert_eq!(reported, workload_txn(t - 1).last().map(|m| m.offset));
+            *durable = t - 1;
+            w = store.open_writer(SHAPE, &options(Some(plan.clone())))?;
+        }
         for piece in msgs.chunks(3) {
             w.append(&piece.iter().map(Owned::as_message).collect::<Vec<_>>())?;
         }
         w.commit()?;
+        if t == CLOSE_AFTER_TXN {
+            let reported = w.close()?;
+            assert_eq!(reported, msgs.last().map(|m| m.offset));
+            *durable = t;
+            w = store.open_writer(SHAPE, &options(Some(plan.clone())))?;
+        }
         if t % 3 == 0 || t == WORKLOAD_TXNS {
             let reported = w.flush()?;
             assert_eq!(reported, msgs.last().map(|m| m.offset));
@@ -147,7 +165,8 @@ fn recovery_after_a_stop_at_every_write_boundary() {
 }
 
 /// The child process of [`a_writer_killed_mid_stream_recovers_a_committed_prefix`]: writes the
-/// workload forever, printing each durable transaction number.
+/// workload forever, printing each durable transaction number, closing and reopening the writer
+/// now and then.
 #[test]
 #[ignore = "child process of the SIGKILL test"]
 fn sigkill_child_writer() {
@@ -163,7 +182,11 @@ fn sigkill_child_writer() {
         w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
             .unwrap();
         w.commit().unwrap();
-        if t % 4 == 0 {
+        if t % 20 == 0 {
+            w.close().unwrap();
+            println!("durable {t}");
+            w = store.open_writer(SHAPE, &options).unwrap();
+        } else if t % 4 == 0 {
             w.flush().unwrap();
             println!("durable {t}");
         }
@@ -272,4 +295,104 @@ fn a_torn_index_append_never_exposes_part_of_a_transaction() {
             std::fs::remove_dir_all(&root).unwrap();
         }
     }
+}
+
+/// A frame header whose magic survived but whose lengths are garbage (a torn write) ends the
+/// journal replay like any other damaged frame, however large the lengths.
+#[test]
+fn a_frame_header_with_huge_lengths_ends_the_replay() {
+    use std::os::unix::fs::FileExt;
+    for (flags, lens) in [
+        (3u32, [u64::MAX, 0, 0]),
+        (0, [0, 2, u64::MAX]),
+        (0, [u64::MAX - 1, 1, 40]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut w = store.create_shape(SHAPE, &options(None)).unwrap();
+        let msgs = workload_txn(1);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let path = dir.path().join(SHAPE).join("0000000000.journal");
+        let journal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        // The first frame follows the 64-byte header; the damaged one goes right after it.
+        let mut header = [0u8; 64];
+        journal.read_exact_at(&mut header, 64).unwrap();
+        let field = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
+        let (json, keys, recs) = (field(32), field(40), field(48));
+        let end = 64 + 64 + json + keys + recs;
+        let mut damaged = [0u8; 64];
+        damaged[0..4].copy_from_slice(b"SJFR");
+        for (i, len) in lens.iter().enumerate() {
+            damaged[32 + 8 * i..40 + 8 * i].copy_from_slice(&len.to_le_bytes());
+        }
+        damaged[56..60].copy_from_slice(&flags.to_le_bytes());
+        journal.write_all_at(&damaged, end).unwrap();
+        let w = store.open_writer(SHAPE, &options(None)).unwrap();
+        assert_eq!(w.durable_offset(), msgs.last().map(|m| m.offset));
+        let (lines, _) = read_all(&mut store.open_reader(SHAPE).unwrap(), None);
+        assert_eq!(committed_prefix(&lines), 1);
+    }
+}
+
+/// A close record is trusted only where a clean close puts it: at the end of a journal it cut
+/// to end there. The same bytes at the end of a journal's allocated space (where a frame's
+/// payload, made of client data, could put them) are ignored: recovery runs and keeps every
+/// durable transaction.
+#[test]
+fn a_close_record_at_the_end_of_allocated_space_is_not_trusted() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let options = || WriterOptions {
+        chunk_bytes_max: 1 << 20,
+        ..WriterOptions::default()
+    };
+    let write = |w: &mut syncline_storage::Writer, txns: std::ops::RangeInclusive<u64>| {
+        for t in txns {
+            let msgs = workload_txn(t);
+            w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+                .unwrap();
+            w.commit().unwrap();
+        }
+        w.flush().unwrap()
+    };
+    let mut w = store.create_shape(SHAPE, &options()).unwrap();
+    write(&mut w, 1..=5);
+    w.close().unwrap();
+    let journal_path = dir.path().join(SHAPE).join("0000000000.journal");
+    let journal = std::fs::File::open(&journal_path).unwrap();
+    let len = journal.metadata().unwrap().len();
+    assert_ne!(
+        len % (1 << 20),
+        0,
+        "a closed journal ends with its close record"
+    );
+    let mut record = [0u8; 64];
+    journal.read_exact_at(&mut record, len - 64).unwrap();
+    let mut w = store.open_writer(SHAPE, &options()).unwrap();
+    let durable = write(&mut w, 6..=9);
+    drop(w);
+    let journal = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal_path)
+        .unwrap();
+    let len = journal.metadata().unwrap().len();
+    assert_eq!(
+        len % (1 << 20),
+        0,
+        "an open journal is allocated in whole steps"
+    );
+    journal.write_all_at(&record, len - 64).unwrap();
+    let w = store.open_writer(SHAPE, &options()).unwrap();
+    assert_eq!(w.durable_offset(), durable, "durable transactions survive");
+    let (lines, _) = read_all(&mut store.open_reader(SHAPE).unwrap(), None);
+    assert_eq!(committed_prefix(&lines), 9);
 }

@@ -1,0 +1,107 @@
+//! File descriptors: what readers and writers hold, counted in `/proc/self/fd`, and which files
+//! a read opens. The tests of this binary take turns (one lock), so that each counts only its
+//! own descriptors.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use common::{read_all, workload_txn, Owned};
+use syncline_storage::{Store, WriterOptions};
+
+/// Held by each test while it opens files, so that the others count only their own.
+static COUNTING: Mutex<()> = Mutex::new(());
+
+/// Takes [`COUNTING`] (also after another test failed holding it).
+fn counting() -> MutexGuard<'static, ()> {
+    COUNTING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Descriptors this process has open.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn small_chunks() -> WriterOptions {
+    WriterOptions {
+        chunk_bytes_max: 2_000,
+        ..WriterOptions::default()
+    }
+}
+
+#[test]
+fn a_reader_holds_no_descriptor_between_reads() {
+    let _counting = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    for t in 1..=40 {
+        let msgs = workload_txn(t);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+        w.flush().unwrap();
+    }
+    drop(w);
+    let before = open_fds();
+    let mut reader = store.open_reader("s").unwrap();
+    assert_eq!(open_fds(), before, "an opened reader holds nothing");
+    let (lines, responses) = read_all(&mut reader, None);
+    assert!(responses > 3, "the log spans chunks: {responses} responses");
+    for line in lines.iter().step_by(7) {
+        let from = Some(common::parse_line(line).0);
+        read_all(&mut reader, from);
+    }
+    assert_eq!(open_fds(), before, "nothing is held between reads");
+    let response = reader.read(None).unwrap();
+    assert_eq!(open_fds(), before + 1, "a body holds its chunk's JSON file");
+    drop(response);
+    assert_eq!(open_fds(), before);
+}
+
+/// An open writer holds six descriptors (the locked header, the index, the tail's three files
+/// and its journal); a closed one holds none, and reopening a cleanly closed log takes the same
+/// six again.
+#[test]
+fn a_closed_writer_holds_no_descriptor() {
+    let _counting = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let before = open_fds();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    assert_eq!(open_fds(), before + 6);
+    for t in 1..=30 {
+        let msgs = workload_txn(t);
+        w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+    }
+    w.close().unwrap();
+    assert_eq!(open_fds(), before);
+    let w = store.open_writer("s", &small_chunks()).unwrap();
+    assert_eq!(open_fds(), before + 6);
+    w.close().unwrap();
+    assert_eq!(open_fds(), before);
+}
+
+/// A live read that finds nothing new opens only the tail's records file, not its JSON file
+/// (here removed to prove it); a read with a body needs it.
+#[test]
+fn a_read_that_finds_nothing_new_opens_only_the_records() {
+    let _counting = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let msgs = workload_txn(1);
+    w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+    w.close().unwrap();
+    std::fs::remove_file(dir.path().join("s").join("0000000000-0.json")).unwrap();
+    let mut reader = store.open_reader("s").unwrap();
+    let end = msgs.last().map(|m| m.offset);
+    let at_end = reader.read(end).unwrap();
+    assert!(at_end.up_to_date && at_end.body.is_none());
+    assert_eq!(at_end.end_offset, end);
+    assert!(reader.read(None).is_err(), "a body needs the JSON file");
+}
