@@ -14,7 +14,7 @@ pub struct WhereError {
 
 impl WhereError {
     /// A semantic error at a 0-based byte offset within the where text.
-    pub fn at(location: i32, message: impl Into<String>) -> WhereError {
+    pub(crate) fn at(location: i32, message: impl Into<String>) -> WhereError {
         let location = location.max(0);
         let detail = message.into();
         WhereError {
@@ -24,7 +24,7 @@ impl WhereError {
     }
 
     /// An error not tied to a position.
-    pub fn new(message: impl Into<String>) -> WhereError {
+    pub(crate) fn new(message: impl Into<String>) -> WhereError {
         WhereError {
             message: message.into(),
             located: None,
@@ -33,7 +33,7 @@ impl WhereError {
 
     /// The same error with its location moved `by` bytes back: for text that was checked
     /// behind a longer prefix than the where clause's.
-    pub fn shifted(self, by: i32) -> WhereError {
+    pub(crate) fn shifted(self, by: i32) -> WhereError {
         match self.located {
             Some((location, detail)) => WhereError::at(location - by, detail),
             None => self,
@@ -65,7 +65,7 @@ pub enum EvalError {
 
 impl EvalError {
     /// An invalid-input error for `type_name`, keeping at most 64 bytes of the text.
-    pub fn invalid(type_name: impl ToString, text: &[u8]) -> EvalError {
+    pub(crate) fn invalid(type_name: impl ToString, text: &[u8]) -> EvalError {
         let cut = &text[..text.len().min(64)];
         EvalError::InvalidInput {
             type_name: type_name.to_string(),

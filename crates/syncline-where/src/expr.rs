@@ -6,7 +6,7 @@ use crate::value::Nullable;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CmpOp {
+pub(crate) enum CmpOp {
     /// `=`.
     Eq,
     /// `<>`.
@@ -23,7 +23,7 @@ pub enum CmpOp {
 
 impl CmpOp {
     /// The SQL spelling.
-    pub fn sql(self) -> &'static str {
+    pub(crate) fn sql(self) -> &'static str {
         match self {
             CmpOp::Eq => "=",
             CmpOp::Ne => "<>",
@@ -35,7 +35,7 @@ impl CmpOp {
     }
 
     /// Parses the SQL spelling (`!=` is `<>`).
-    pub fn from_sql(op: &str) -> Option<CmpOp> {
+    pub(crate) fn from_sql(op: &str) -> Option<CmpOp> {
         Some(match op {
             "=" => CmpOp::Eq,
             "<>" | "!=" => CmpOp::Ne,
@@ -48,7 +48,7 @@ impl CmpOp {
     }
 
     /// The operator with its operands swapped (`a < b` is `b > a`).
-    pub fn flipped(self) -> CmpOp {
+    pub(crate) fn flipped(self) -> CmpOp {
         match self {
             CmpOp::Lt => CmpOp::Gt,
             CmpOp::Le => CmpOp::Ge,
@@ -59,7 +59,7 @@ impl CmpOp {
     }
 
     /// Whether the ordering of the left operand against the right satisfies the operator.
-    pub fn holds(self, ord: std::cmp::Ordering) -> bool {
+    pub(crate) fn holds(self, ord: std::cmp::Ordering) -> bool {
         match self {
             CmpOp::Eq => ord.is_eq(),
             CmpOp::Ne => ord.is_ne(),
@@ -73,7 +73,7 @@ impl CmpOp {
 
 /// A strict built-in operation: NULL in any argument gives NULL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// A comparison of two values of one type.
     Cmp(CmpOp),
     /// `+` (numbers, date + int, date/timestamp + interval, interval + interval).
@@ -153,7 +153,7 @@ pub enum Op {
 
 /// How an array is combined by the non-strict `array_cat` family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArrayBuild {
+pub(crate) enum ArrayBuild {
     /// `array_cat(a, b)` / `a || b`.
     Cat,
     /// `array_append(a, e)` / `a || e`.
@@ -164,24 +164,36 @@ pub enum ArrayBuild {
 
 /// The result of an `IS [NOT] TRUE|FALSE|UNKNOWN` test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BoolTest {
+pub(crate) enum BoolTest {
     /// `IS TRUE`.
-    IsTrue,
+    True,
     /// `IS NOT TRUE`.
-    IsNotTrue,
+    NotTrue,
     /// `IS FALSE`.
-    IsFalse,
+    False,
     /// `IS NOT FALSE`.
-    IsNotFalse,
+    NotFalse,
     /// `IS UNKNOWN`.
-    IsUnknown,
+    Unknown,
     /// `IS NOT UNKNOWN`.
-    IsNotUnknown,
+    NotUnknown,
+}
+
+/// One subscript of an array access: an index (`[i]`), or a slice (`[lower:upper]`) with either
+/// bound left out. In an access with any slice, an index `[i]` stands for `[1:i]`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Subscript {
+    /// Written as a slice.
+    pub(crate) slice: bool,
+    /// The slice's lower bound, if given (`int4`).
+    pub(crate) lower: Option<Expr>,
+    /// The index, or the slice's upper bound if given (`int4`).
+    pub(crate) upper: Option<Expr>,
 }
 
 /// A checked expression. Every node knows its result type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Expr {
+pub(crate) enum Expr {
     /// A constant (literals and parameters after substitution).
     Const {
         /// The value; `None` is NULL.
@@ -281,6 +293,15 @@ pub enum Expr {
         /// The array type.
         ty: Type,
     },
+    /// `array[i][j]` (an element) or `array[a:b]` (an array).
+    Subscript {
+        /// The array.
+        array: Box<Expr>,
+        /// One per dimension, outermost first.
+        subscripts: Vec<Subscript>,
+        /// The element type, or the array type for a slice.
+        ty: Type,
+    },
     /// `array_cat` / `array_append` / `array_prepend` and array `||`.
     ArrayBuild {
         /// Which one.
@@ -294,7 +315,7 @@ pub enum Expr {
 
 impl Expr {
     /// The result type.
-    pub fn ty(&self) -> &Type {
+    pub(crate) fn ty(&self) -> &Type {
         match self {
             Expr::Const { ty, .. }
             | Expr::Column { ty, .. }
@@ -302,6 +323,7 @@ impl Expr {
             | Expr::Coalesce { ty, .. }
             | Expr::MinMax { ty, .. }
             | Expr::ArrayCtor { ty, .. }
+            | Expr::Subscript { ty, .. }
             | Expr::ArrayBuild { ty, .. } => ty,
             Expr::Concat(_) => &Type::Text,
             _ => &Type::Bool,
@@ -309,12 +331,12 @@ impl Expr {
     }
 
     /// A constant of type `ty`.
-    pub fn constant(value: Nullable, ty: Type) -> Expr {
+    pub(crate) fn constant(value: Nullable, ty: Type) -> Expr {
         Expr::Const { value, ty }
     }
 
     /// Columns this expression reads, in first-use order, without repeats.
-    pub fn columns(&self) -> Vec<usize> {
+    pub(crate) fn columns(&self) -> Vec<usize> {
         let mut out = Vec::new();
         self.visit(&mut |e| {
             if let Expr::Column { index, .. } = e {
@@ -327,7 +349,7 @@ impl Expr {
     }
 
     /// Levels of nesting (a constant or column is 1).
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         1 + self
             .children()
             .into_iter()
@@ -336,7 +358,8 @@ impl Expr {
             .unwrap_or(0)
     }
 
-    fn visit(&self, f: &mut impl FnMut(&Expr)) {
+    /// Calls `f` on this expression and every sub-expression, parents first.
+    pub(crate) fn visit(&self, f: &mut impl FnMut(&Expr)) {
         f(self);
         for child in self.children() {
             child.visit(f);
@@ -358,6 +381,15 @@ impl Expr {
             Expr::Distinct { left, right, .. } => vec![left, right],
             Expr::InList { arg, list, .. } => std::iter::once(&**arg).chain(list).collect(),
             Expr::Quantified { left, array, .. } => vec![left, array],
+            Expr::Subscript {
+                array, subscripts, ..
+            } => std::iter::once(&**array)
+                .chain(
+                    subscripts
+                        .iter()
+                        .flat_map(|s| s.upper.iter().chain(s.lower.iter())),
+                )
+                .collect(),
         }
     }
 }

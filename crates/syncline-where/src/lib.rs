@@ -4,14 +4,18 @@
 //!
 //! Flow: [`Where::new`] parses with Postgres's own grammar (libpg_query), type-checks against a
 //! [`RelationDesc`] and renders canonical SQL; [`Where::eval`] evaluates on a [`Row`] (column
-//! texts decoded once per row); [`router::Router`] finds the shapes a change affects.
+//! texts decoded once per row); [`Router`] finds the shapes a change affects; [`OrderBy`] checks
+//! and renders a subset's sort keys the same way.
+//!
+//! The public surface is exactly that: [`Where`], [`OrderBy`], [`Router`] with [`Change`] and
+//! [`ShapeId`], [`Row`] and [`RowTypes`], the errors [`WhereError`] and [`EvalError`], and
+//! [`WHERE_BYTES_MAX`]. Everything else is internal.
 //!
 //! ```
 //! use bytes::Bytes;
 //! use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 //! use syncline_core::tuple::Value;
-//! use syncline_where::router::{Change, Router};
-//! use syncline_where::{Row, RowTypes, Where};
+//! use syncline_where::{Change, Row, RowTypes, Router, Where};
 //!
 //! let int4 = PgType { oid: 23, name: "int4".into(), kind: TypeKind::Base };
 //! let column = ColumnDesc { name: "owner".into(), pg_type: int4, type_mod: -1, not_null: true, pk_index: Some(0), array_dims: 0 };
@@ -34,32 +38,34 @@
 //! [`Where::sql`], rendered from the checked tree. Text compares bytewise (the "C" collation);
 //! the session time zone is UTC.
 
-pub mod check;
-pub mod error;
-pub mod eval;
-pub mod expr;
-pub mod like;
-pub mod order_by;
-pub mod parse;
-pub mod render;
-pub mod router;
-pub mod types;
-pub mod value;
+mod check;
+mod error;
+mod eval;
+mod expr;
+mod like;
+mod order_by;
+mod parse;
+mod render;
+mod router;
+mod types;
+mod value;
 
 use syncline_core::relation::RelationDesc;
 
 pub use error::{EvalError, WhereError};
 pub use eval::{Row, RowTypes};
-pub use expr::Expr;
 pub use order_by::OrderBy;
-pub use types::Type;
+pub use parse::WHERE_BYTES_MAX;
+pub use router::{Change, Router, ShapeId};
+
+use expr::Expr;
 
 /// Stack that parsing and checking may need: a debug build overflows 2 MiB (a tokio worker's
 /// stack) when the parse-tree decoder reaches its depth limit; this leaves a wide margin.
-pub const PARSE_STACK_RED_ZONE_BYTES: usize = 8 << 20;
+const PARSE_STACK_RED_ZONE_BYTES: usize = 8 << 20;
 /// Size of the stack parsing and checking switch to when the current one has less than
 /// [`PARSE_STACK_RED_ZONE_BYTES`] left.
-pub const PARSE_STACK_BYTES: usize = 16 << 20;
+const PARSE_STACK_BYTES: usize = 16 << 20;
 
 /// A checked where clause.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,7 +100,7 @@ impl Where {
     }
 
     /// The checked expression.
-    pub fn expr(&self) -> &Expr {
+    pub(crate) fn expr(&self) -> &Expr {
         &self.expr
     }
 

@@ -8,9 +8,9 @@ use pg_query::protobuf::{node::Node as NodeEnum, Node, SelectStmt, SortBy};
 use crate::error::WhereError;
 
 /// The text put before the where clause; error locations from the parser count it.
-pub const PREFIX: &str = "SELECT 1 WHERE ";
+pub(crate) const PREFIX: &str = "SELECT 1 WHERE ";
 /// The text put before a subset's `ORDER BY` list; its syntax error locations count it.
-pub const ORDER_BY_PREFIX: &str = "SELECT 1 ORDER BY ";
+pub(crate) const ORDER_BY_PREFIX: &str = "SELECT 1 ORDER BY ";
 /// Longest where clause (or `ORDER BY` list) accepted, in bytes (keeps parse time and memory
 /// bounded).
 pub const WHERE_BYTES_MAX: usize = 64 * 1024;
@@ -40,7 +40,7 @@ extern "C" {
 }
 
 /// Parses the where text into its expression node.
-pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
+pub(crate) fn parse_where(where_text: &str) -> Result<Node, WhereError> {
     let select = parse_select(PREFIX, where_text, "where clause")?;
     only_clause(&select, Clause::Where)?;
     select
@@ -50,7 +50,7 @@ pub fn parse_where(where_text: &str) -> Result<Node, WhereError> {
 }
 
 /// Parses a subset's `ORDER BY` list (`a DESC NULLS LAST, lower(b)`) into its sort items.
-pub fn parse_order_by(order_by: &str) -> Result<Vec<SortBy>, WhereError> {
+pub(crate) fn parse_order_by(order_by: &str) -> Result<Vec<SortBy>, WhereError> {
     let select = parse_select(ORDER_BY_PREFIX, order_by, "order by")?;
     only_clause(&select, Clause::OrderBy)?;
     select

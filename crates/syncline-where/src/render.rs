@@ -6,21 +6,13 @@ use crate::expr::{ArrayBuild, BoolTest, Expr, Op};
 use crate::types::Type;
 
 /// Canonical SQL for `expr`.
-pub fn render(expr: &Expr) -> String {
+pub(crate) fn render(expr: &Expr) -> String {
     let mut out = String::new();
     write(expr, &mut out);
     out
 }
 
-/// A string literal with quotes doubled.
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// A double-quoted identifier.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+use syncline_core::sql::{quote_ident, quote_literal};
 
 fn list(args: &[Expr], out: &mut String) {
     for (i, a) in args.iter().enumerate() {
@@ -79,12 +71,12 @@ fn write(expr: &Expr, out: &mut String) {
         }
         Expr::BoolTest { arg, test } => {
             let test = match test {
-                BoolTest::IsTrue => "IS TRUE",
-                BoolTest::IsNotTrue => "IS NOT TRUE",
-                BoolTest::IsFalse => "IS FALSE",
-                BoolTest::IsNotFalse => "IS NOT FALSE",
-                BoolTest::IsUnknown => "IS UNKNOWN",
-                BoolTest::IsNotUnknown => "IS NOT UNKNOWN",
+                BoolTest::True => "IS TRUE",
+                BoolTest::NotTrue => "IS NOT TRUE",
+                BoolTest::False => "IS FALSE",
+                BoolTest::NotFalse => "IS NOT FALSE",
+                BoolTest::Unknown => "IS UNKNOWN",
+                BoolTest::NotUnknown => "IS NOT UNKNOWN",
             };
             postfix(arg, test, out)
         }
@@ -136,6 +128,26 @@ fn write(expr: &Expr, out: &mut String) {
             out.push_str("ARRAY[");
             list(elems, out);
             out.push_str(&format!("]::{ty}"));
+        }
+        Expr::Subscript {
+            array, subscripts, ..
+        } => {
+            out.push('(');
+            write(array, out);
+            out.push(')');
+            for s in subscripts {
+                out.push('[');
+                if let Some(lower) = &s.lower {
+                    write(lower, out);
+                }
+                if s.slice {
+                    out.push(':');
+                }
+                if let Some(upper) = &s.upper {
+                    write(upper, out);
+                }
+                out.push(']');
+            }
         }
         Expr::ArrayBuild { kind, args, .. } => {
             let name = match kind {

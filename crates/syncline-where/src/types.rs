@@ -7,7 +7,7 @@ use syncline_core::relation::{PgType, TypeKind};
 
 /// A type the where language can compute with.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Type {
+pub(crate) enum Type {
     /// `bool`.
     Bool,
     /// `int2`.
@@ -22,8 +22,14 @@ pub enum Type {
     Float8,
     /// `numeric`, exact.
     Numeric,
-    /// `text` (also `varchar` columns, which compare as text).
+    /// `text`.
     Text,
+    /// `varchar` (a length limit is the column's business): text, except beside `bpchar`,
+    /// where Postgres resolves operators in `bpchar`.
+    Varchar,
+    /// `bpchar` (`char(n)`): text padded with spaces to its length, which comparisons ignore
+    /// and casts to text drop.
+    Bpchar,
     /// `uuid`.
     Uuid,
     /// `date`.
@@ -46,7 +52,7 @@ pub enum Type {
 
 /// Groups of types that convert implicitly among themselves (Postgres `typcategory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
+pub(crate) enum Category {
     /// `B`.
     Boolean,
     /// `N`: int2, int4, int8, numeric, float4, float8.
@@ -63,7 +69,7 @@ pub enum Category {
 
 impl Type {
     /// Maps a catalog type; `None` when the language has no such type.
-    pub fn from_pg(pg_type: &PgType) -> Option<Type> {
+    pub(crate) fn from_pg(pg_type: &PgType) -> Option<Type> {
         let base = pg_type.base();
         match &base.kind {
             TypeKind::Enum => Some(Type::Enum(Arc::from(base.name.as_str()))),
@@ -77,7 +83,7 @@ impl Type {
     }
 
     /// Maps a Postgres type name (`typname` or a common SQL spelling).
-    pub fn from_name(name: &str) -> Option<Type> {
+    pub(crate) fn from_name(name: &str) -> Option<Type> {
         Some(match name {
             "bool" | "boolean" => Type::Bool,
             "int2" | "smallint" => Type::Int2,
@@ -86,7 +92,9 @@ impl Type {
             "float4" | "real" => Type::Float4,
             "float8" | "double precision" => Type::Float8,
             "numeric" | "decimal" => Type::Numeric,
-            "text" | "varchar" | "character varying" => Type::Text,
+            "text" => Type::Text,
+            "varchar" | "character varying" => Type::Varchar,
+            "bpchar" => Type::Bpchar,
             "uuid" => Type::Uuid,
             "date" => Type::Date,
             "time" | "time without time zone" => Type::Time,
@@ -99,13 +107,13 @@ impl Type {
     }
 
     /// The type's category for implicit conversions.
-    pub fn category(&self) -> Category {
+    pub(crate) fn category(&self) -> Category {
         match self {
             Type::Bool => Category::Boolean,
             Type::Int2 | Type::Int4 | Type::Int8 | Type::Float4 | Type::Float8 | Type::Numeric => {
                 Category::Numeric
             }
-            Type::Text => Category::String,
+            Type::Text | Type::Varchar | Type::Bpchar => Category::String,
             Type::Date | Type::Timestamp | Type::Timestamptz => Category::DateTime,
             Type::Interval => Category::Timespan,
             _ => Category::Other,
@@ -128,12 +136,16 @@ impl Type {
 
     /// The type both convert to implicitly, if any (same type, or the wider one of the same
     /// numeric or date/time category): Postgres's `select_common_type`, used for IN lists,
-    /// COALESCE, GREATEST/LEAST and ARRAY[].
-    pub fn common(a: &Type, b: &Type) -> Option<Type> {
+    /// COALESCE, GREATEST/LEAST and ARRAY[]. String types all convert implicitly to each other,
+    /// so the first one stays.
+    pub(crate) fn common(a: &Type, b: &Type) -> Option<Type> {
         if a == b {
             return Some(a.clone());
         }
         let (ca, cb) = (a.category(), b.category());
+        if ca == Category::String && cb == Category::String {
+            return Some(a.clone());
+        }
         if ca != cb || !matches!(ca, Category::Numeric | Category::DateTime) {
             return None;
         }
@@ -147,7 +159,20 @@ impl Type {
     /// The type a binary operator on `a` and `b` computes in (Postgres's operator resolution):
     /// as [`Type::common`], except that float4 with any other numeric type resolves to the
     /// float4/float8 cross-type operators, so the comparison or arithmetic is done in float8.
-    pub fn operator_common(a: &Type, b: &Type) -> Option<Type> {
+    /// String operands resolve as Postgres resolves them: `bpchar` beside `bpchar` or `varchar`
+    /// compares as `bpchar`, any other pair (`text` on either side, or two `varchar`) as
+    /// `text`; an untyped literal counts as the other operand's type.
+    pub(crate) fn operator_common(a: &Type, b: &Type) -> Option<Type> {
+        if a.category() == Category::String && b.category() == Category::String {
+            let bpchar = |t: &Type| matches!(t, Type::Bpchar | Type::Varchar);
+            return Some(
+                if (*a == Type::Bpchar || *b == Type::Bpchar) && bpchar(a) && bpchar(b) {
+                    Type::Bpchar
+                } else {
+                    Type::Text
+                },
+            );
+        }
         let mixed_float4 = (*a == Type::Float4) != (*b == Type::Float4);
         if mixed_float4 && a.category() == Category::Numeric && b.category() == Category::Numeric {
             return Some(Type::Float8);
@@ -156,7 +181,7 @@ impl Type {
     }
 
     /// Whether values of this type have a total order usable by `<`, `>`, BETWEEN.
-    pub fn is_ordered(&self) -> bool {
+    pub(crate) fn is_ordered(&self) -> bool {
         match self {
             Type::Enum(_) | Type::Jsonb => false,
             Type::Array(elem) => elem.is_ordered(),
@@ -165,12 +190,12 @@ impl Type {
     }
 
     /// Whether this is one of the integer types.
-    pub fn is_integer(&self) -> bool {
+    pub(crate) fn is_integer(&self) -> bool {
         matches!(self, Type::Int2 | Type::Int4 | Type::Int8)
     }
 
     /// The element type when this is an array.
-    pub fn element(&self) -> Option<&Type> {
+    pub(crate) fn element(&self) -> Option<&Type> {
         match self {
             Type::Array(elem) => Some(elem),
             _ => None,
@@ -189,6 +214,8 @@ impl fmt::Display for Type {
             Type::Float8 => "float8",
             Type::Numeric => "numeric",
             Type::Text => "text",
+            Type::Varchar => "varchar",
+            Type::Bpchar => "bpchar",
             Type::Uuid => "uuid",
             Type::Date => "date",
             Type::Time => "time",

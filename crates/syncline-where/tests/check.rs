@@ -69,6 +69,34 @@ fn renders_canonical_sql() {
             &[],
             r#"('2024-07-01 02:00:00'::timestamp = "ts")"#,
         ),
+        ("c = 'a'", &[], r#"("c" = 'a'::bpchar)"#),
+        ("c = t", &[], r#"(CAST("c" AS text) = "t")"#),
+        ("c = v", &[], r#"("c" = CAST("v" AS bpchar))"#),
+        ("v = 'a'", &[], r#"("v" = 'a'::text)"#),
+        (
+            "c IN ('a', t)",
+            &[],
+            r#"(("c" = 'a'::bpchar) OR (CAST("c" AS text) = "t"))"#,
+        ),
+        (
+            "c NOT IN ('a', 'b')",
+            &[],
+            r#"("c" NOT IN ('a'::bpchar, 'b'::bpchar))"#,
+        ),
+        ("c LIKE 'a%'", &[], r#"("c" LIKE 'a%'::text)"#),
+        (
+            "c || 'x' = t",
+            &[],
+            r#"((CAST("c" AS text) || 'x'::text) = "t")"#,
+        ),
+        ("i4 IN (1)", &[], r#"("i4" = '1'::int4)"#),
+        ("ai[1] = 1", &[], r#"(("ai")['1'::int4] = '1'::int4)"#),
+        (
+            "ai[1.5:][:i2] = '{1}'",
+            &[],
+            r#"(("ai")['2'::int4:][:CAST("i2" AS int4)] = '{1}'::int4[])"#,
+        ),
+        ("(ARRAY[1, 2, 3])[2] = 2", &[], "true"),
     ];
     for (text, params, want) in cases {
         assert_eq!(outcome(text, params), *want, "{text}");
@@ -178,10 +206,63 @@ fn rejects_with_electric_messages() {
             &[],
             "error: At location 0: unknown or unsupported function now/0",
         ),
+        (
+            "t = $1",
+            &["a\u{0}"],
+            "error: At location 4: invalid byte sequence for encoding \"UTF8\": 0x00",
+        ),
+        ("t LIKE v ESCAPE 'ab'", &[], "error: invalid escape string"),
+        (
+            "t[1] = 'a'",
+            &[],
+            "error: At location 0: cannot subscript type text because it does not support subscripting",
+        ),
+        (
+            "ai[t] = 1",
+            &[],
+            "error: At location 3: array subscript must have type integer",
+        ),
+        (
+            "ai[1][1][1][1][1][1][1] = 1",
+            &[],
+            "error: number of array dimensions (7) exceeds the maximum allowed (6)",
+        ),
+        (
+            "j['a'] = '1'",
+            &[],
+            "error: At location 0: jsonb subscripts are not supported",
+        ),
+        (
+            "'{a}'::varchar[] = at",
+            &[],
+            "error: At location 17: operator does not exist: varchar[] = text[]",
+        ),
+        (
+            "t LIKE 'ab\\'",
+            &[],
+            "error: LIKE pattern must not end with escape character",
+        ),
+        ("'xyz' LIKE 'ab\\'", &[], "false"),
+        (
+            "d < '4714-11-23 BC'",
+            &[],
+            "error: At location 4: date out of range: \"4714-11-23 BC\"",
+        ),
+        (
+            "j = '\"\\u0000\"'",
+            &[],
+            "error: At location 4: unsupported Unicode escape sequence",
+        ),
     ];
     for (text, params, want) in cases {
         assert_eq!(outcome(text, params), *want, "{text}");
     }
+    let args = |n: usize| vec!["t"; n].join(", ");
+    assert_eq!(
+        outcome(&format!("i4 = 1 OR concat({}) = t", args(101)), &[]),
+        "error: At location 10: cannot pass more than 100 arguments to a function"
+    );
+    assert!(!outcome(&format!("concat({}) = t", args(100)), &[]).starts_with("error"));
 }
 
 #[test]

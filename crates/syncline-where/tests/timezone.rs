@@ -6,12 +6,9 @@
 
 mod common;
 
-use syncline_where::check::check_value;
-use syncline_where::expr::Expr;
-use syncline_where::parse::parse_order_by;
-use syncline_where::render::render;
-use syncline_where::value::datetime::timestamp_to_text;
-use syncline_where::value::timezone::{timezone, ZoneArg};
+use bytes::Bytes;
+use syncline_core::tuple::Value;
+use syncline_where::{Row, RowTypes, Where};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// A result as text, or the error message.
@@ -58,24 +55,47 @@ const LOCAL_TIMES: &[&str] = &[
     "NULL",
 ];
 
-/// Parses and checks an expression (constant ones are folded, i.e. evaluated).
-fn check(text: &str) -> Result<Expr, String> {
-    let items = parse_order_by(text).map_err(|e| e.message)?;
-    let node = items[0].node.as_deref().ok_or("no expression")?;
-    check_value(node, &common::relation(), &[]).map_err(|e| e.message)
+/// A row of the test table with `values` in the named columns and NULL elsewhere.
+fn row_with(values: &[(&str, Option<&str>)]) -> Vec<Value> {
+    let relation = common::relation();
+    let mut row = vec![Value::Null; relation.columns.len()];
+    for (name, value) in values {
+        let (index, _) = relation.column(name).expect("column");
+        if let Some(text) = value {
+            row[index] = Value::Text(Bytes::from(text.to_string()));
+        }
+    }
+    row
 }
 
-/// A constant expression's value by Syncline, and its rendering (which must check to the same).
-fn syncline(text: &str) -> (Outcome, Option<String>) {
-    let expr = match check(text) {
-        Ok(expr) => expr,
-        Err(e) => return (Err(e), None),
+/// Checks `text` (a constant timestamp expression) through the public API: the clause
+/// `(text) IS NOT DISTINCT FROM column` must fold the expression to a constant, render SQL
+/// that checks to the same SQL again, and be true on a row whose `column` holds Postgres's
+/// value. Returns Syncline's outcome (the expected one, or what differs) and the rendered SQL.
+fn syncline(text: &str, column: &str, want: &Outcome) -> (Outcome, Option<String>) {
+    let relation = common::relation();
+    let clause = format!("({text}) IS NOT DISTINCT FROM {column}");
+    let w = match Where::new(&clause, &relation, &[]) {
+        Ok(w) => w,
+        Err(e) => return (Err(e.message), None),
     };
-    let sql = render(&expr);
-    assert_eq!(check(&sql), Ok(expr.clone()), "{text} rendered {sql}");
-    match expr {
-        Expr::Const { value, ty } => (Ok(value.map(|v| v.to_text(&ty))), Some(sql)),
-        other => (Err(format!("not folded: {other:?}")), None),
+    let sql = w.sql().to_string();
+    let again = Where::new(&sql, &relation, &[]).map(|w| w.sql().to_string());
+    assert_eq!(again, Ok(sql.clone()), "{text} rendered {sql}");
+    if sql.contains("timezone(") {
+        return (Err(format!("not folded: {sql}")), Some(sql));
+    }
+    let Ok(value) = want else {
+        return (Ok(Some(format!("a value ({sql})"))), Some(sql));
+    };
+    let values = row_with(&[(column, value.as_deref())]);
+    let types = RowTypes::of(&relation);
+    match w.eval(&Row::new(&types, &values)) {
+        Ok(Some(true)) => (want.clone(), Some(sql)),
+        other => (
+            Ok(Some(format!("not {value:?}: {other:?} ({sql})"))),
+            Some(sql),
+        ),
     }
 }
 
@@ -101,19 +121,34 @@ async fn chosen_instants(client: &Client) -> usize {
     for zone in zones {
         let cases = INSTANTS
             .iter()
-            .map(|ts| format!("timezone({zone}, {ts}::timestamptz)"))
+            .map(|ts| (format!("timezone({zone}, {ts}::timestamptz)"), "ts"))
             .chain(
                 LOCAL_TIMES
                     .iter()
-                    .map(|ts| format!("{ts}::timestamp AT TIME ZONE {zone}")),
+                    .map(|ts| (format!("{ts}::timestamp AT TIME ZONE {zone}"), "tz")),
             );
-        for text in cases {
+        for (text, column) in cases {
             compared += 1;
             let want = postgres(client, &text).await;
-            let (got, sql) = syncline(&text);
-            let rendered = match &sql {
-                Some(sql) => postgres(client, sql).await,
-                None => want.clone(),
+            let (got, sql) = syncline(&text, column, &want);
+            let rendered = match (&sql, &want) {
+                (Some(sql), Ok(value)) => {
+                    let ty = if column == "ts" {
+                        "timestamp"
+                    } else {
+                        "timestamptz"
+                    };
+                    let literal = value
+                        .as_ref()
+                        .map_or("NULL".to_string(), |v| format!("'{v}'"));
+                    let query =
+                        format!("(SELECT ({sql}) FROM (SELECT {literal}::{ty} AS {column}) v)");
+                    match postgres(client, &query).await {
+                        Ok(Some(t)) if t == "true" => want.clone(),
+                        other => Err(format!("rendered SQL gives {other:?}")),
+                    }
+                }
+                _ => want.clone(),
             };
             if want != got || want != rendered {
                 failures.push(format!(
@@ -151,9 +186,21 @@ fn around_transitions(zone: &str) -> (Vec<i64>, Vec<i64>) {
     (instants, locals)
 }
 
+/// A timestamp (microseconds since 1970) as Postgres input text, with `+00` for timestamptz.
+fn micros_text(micros: i64, with_zone: bool) -> String {
+    let t = chrono::DateTime::from_timestamp_micros(micros)
+        .expect("instant in range")
+        .naive_utc();
+    let zone = if with_zone { "+00" } else { "" };
+    format!("{}{zone}", t.format("%Y-%m-%d %H:%M:%S%.6f"))
+}
+
 /// Compares every zone of `names` around its transitions; returns the cases compared and the
-/// disagreements.
+/// disagreements. Syncline evaluates `timezone(zone, input) IS NOT DISTINCT FROM output` on rows
+/// of each input and Postgres's result, which must all be true.
 async fn around_transitions_of(client: &Client, names: &[&str]) -> (usize, Vec<String>) {
+    let relation = common::relation();
+    let types = RowTypes::of(&relation);
     let mut failures = Vec::new();
     let mut compared = 0;
     for name in names {
@@ -162,33 +209,50 @@ async fn around_transitions_of(client: &Client, names: &[&str]) -> (usize, Vec<S
             if values.is_empty() {
                 continue;
             }
-            let ty = if to_utc { "timestamp" } else { "timestamptz" };
+            let (ty, input, output) = if to_utc {
+                ("timestamp", "ts", "tz")
+            } else {
+                ("timestamptz", "tz", "ts")
+            };
             let rows: Vec<String> = values
                 .iter()
-                .map(|v| format!("('{}'::{ty})", timestamp_to_text(*v, !to_utc)))
+                .map(|v| format!("('{}'::{ty})", micros_text(*v, !to_utc)))
                 .collect();
             let sql = format!(
-                "SELECT timezone('{name}', x)::text FROM (VALUES {}) v(x)",
+                "SELECT x::text, timezone('{name}', x)::text FROM (VALUES {}) v(x)",
                 rows.join(", ")
             );
             let messages = client.simple_query(&sql).await.expect("timezone query");
-            let want = messages.iter().filter_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
-                _ => None,
-            });
-            for (value, want) in values.iter().zip(want) {
+            let clause = format!("timezone('{name}', {input}) IS NOT DISTINCT FROM {output}");
+            let w = Where::new(&clause, &relation, &[]).expect("timezone clause");
+            for row in rows_of(&messages) {
                 compared += 1;
-                let got = timezone(ZoneArg::Name(name), *value, to_utc)
-                    .map(|v| timestamp_to_text(v, to_utc))
-                    .map_err(|e| e.to_string());
-                if got.as_ref() != Ok(&want) {
-                    let at = timestamp_to_text(*value, !to_utc);
-                    failures.push(format!("{name} {at}: postgres {want}, syncline {got:?}"));
+                let (at, want) = (row[0].as_deref(), row[1].as_deref());
+                let values = row_with(&[(input, at), (output, want)]);
+                let got = w.eval(&Row::new(&types, &values));
+                if got != Ok(Some(true)) {
+                    failures.push(format!(
+                        "{name} {at:?}: postgres {want:?}, syncline's `{clause}` gives {got:?}"
+                    ));
                 }
             }
         }
     }
     (compared, failures)
+}
+
+fn rows_of(messages: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
 }
 
 fn assert_none(failures: &[String]) {

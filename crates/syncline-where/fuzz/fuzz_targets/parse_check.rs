@@ -14,8 +14,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 use syncline_core::tuple::Value;
-use syncline_where::router::{Change, Router};
-use syncline_where::{Row, RowTypes, Where};
+use syncline_where::{Change, Row, RowTypes, Router, Where, WHERE_BYTES_MAX};
 
 fn relation() -> RelationDesc {
     let base = |name: &str| PgType {
@@ -59,6 +58,7 @@ fn relation() -> RelationDesc {
             },
         ),
         column("u", base("uuid")),
+        column("c", base("bpchar")),
     ];
     RelationDesc {
         oid: 1,
@@ -70,7 +70,7 @@ fn relation() -> RelationDesc {
 }
 
 /// Rows with ordinary, edge and malformed values.
-const ROWS: &[[&str; 13]] = &[
+const ROWS: &[[&str; 14]] = &[
     [
         "1",
         "-9223372036854775808",
@@ -85,6 +85,7 @@ const ROWS: &[[&str; 13]] = &[
         "{1,NULL}",
         "ok",
         "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "ab  ",
     ],
     [
         "2147483647",
@@ -100,6 +101,7 @@ const ROWS: &[[&str; 13]] = &[
         "{{1,2},{3,4}}",
         "sad",
         "00000000-0000-0000-0000-000000000000",
+        "",
     ],
     [
         "x",
@@ -115,6 +117,7 @@ const ROWS: &[[&str; 13]] = &[
         "{1,",
         "nope",
         "zz",
+        " a ",
     ],
 ];
 
@@ -127,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(w) = Where::new(text, &relation, &params) else {
         return;
     };
-    if w.sql().len() > syncline_where::parse::WHERE_BYTES_MAX {
+    if w.sql().len() > WHERE_BYTES_MAX {
         // Folded constants can render longer than the input limit; nothing to re-check.
         return;
     }

@@ -7,16 +7,19 @@ use crate::error::EvalError;
 use crate::eval::eval_constant_checked;
 use std::sync::Arc;
 
-use crate::expr::{Expr, Op};
-use crate::like::Pattern;
+use crate::expr::{Expr, Op, Subscript};
+use crate::like::{escape_char, Pattern, DANGLING_ESCAPE};
 use crate::types::Type;
 use crate::value::Datum;
 
 /// Folds `expr` bottom-up.
-pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
+pub(crate) fn fold(expr: Expr) -> Result<Expr, EvalError> {
     let folded = match expr {
         Expr::Op { op, args, ty } => {
             let args = fold_all(args)?;
+            if matches!(op, Op::Like { .. }) {
+                like_escape(&args)?;
+            }
             if args
                 .iter()
                 .any(|a| matches!(a, Expr::Const { value: None, .. }))
@@ -72,6 +75,30 @@ pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
             elems: fold_all(elems)?,
             ty,
         },
+        // The planner folds the upper subscripts, then the lower ones, then the array.
+        Expr::Subscript {
+            array,
+            subscripts,
+            ty,
+        } => {
+            let mut folded = Vec::with_capacity(subscripts.len());
+            for s in &subscripts {
+                folded.push(s.upper.clone().map(fold).transpose()?);
+            }
+            let mut with_lower = Vec::with_capacity(subscripts.len());
+            for (s, upper) in subscripts.into_iter().zip(folded) {
+                with_lower.push(Subscript {
+                    slice: s.slice,
+                    lower: s.lower.map(fold).transpose()?,
+                    upper,
+                });
+            }
+            Expr::Subscript {
+                array: Box::new(fold(*array)?),
+                subscripts: with_lower,
+                ty,
+            }
+        }
         Expr::ArrayBuild { kind, args, ty } => Expr::ArrayBuild {
             kind,
             args: fold_all(args)?,
@@ -84,6 +111,56 @@ pub fn fold(expr: Expr) -> Result<Expr, EvalError> {
         return Ok(Expr::constant(value, folded.ty().clone()));
     }
     Ok(folded)
+}
+
+/// Postgres's `like_escape(pattern, escape)`, which the planner folds when both are constants:
+/// an invalid escape string fails the query even when the text is NULL.
+fn like_escape(args: &[Expr]) -> Result<(), EvalError> {
+    if let [_, Expr::Const { value: Some(_), .. }, Expr::Const {
+        value: Some(Datum::Text(escape)),
+        ..
+    }] = args
+    {
+        escape_char(Some(escape))?;
+    }
+    Ok(())
+}
+
+/// Rejects what fails the query on rows that reach it, whatever the data, so that a client's
+/// mistake is reported when the shape is made rather than failing its snapshot: a constant
+/// LIKE pattern that ends with its escape character (Postgres fails when matching gets there)
+/// and a constant invalid ESCAPE string beside a non-constant pattern (`like_escape` fails on
+/// every non-NULL pattern).
+pub(crate) fn reject_certain_errors(expr: &Expr) -> Result<(), EvalError> {
+    let mut failure = Ok(());
+    expr.visit(&mut |e| {
+        if failure.is_err() {
+            return;
+        }
+        match e {
+            Expr::Op {
+                op: Op::LikeMatch { pattern, .. },
+                ..
+            } if pattern.ends_with_escape() => {
+                failure = Err(EvalError::Other(DANGLING_ESCAPE.into()));
+            }
+            Expr::Op {
+                op: Op::Like { .. },
+                args,
+                ..
+            } => {
+                if let Some(Expr::Const {
+                    value: Some(Datum::Text(escape)),
+                    ..
+                }) = args.get(2)
+                {
+                    failure = escape_char(Some(escape)).map(|_| ());
+                }
+            }
+            _ => {}
+        }
+    });
+    failure
 }
 
 /// A LIKE with constant pattern (and escape) becomes a precompiled match; a pattern that does
@@ -158,7 +235,7 @@ fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {
 }
 
 /// AND (`decider` false) or OR (`decider` true): a constant equal to `decider` decides, the
-/// other boolean constant is dropped.
+/// other boolean constant is dropped, and nested ANDs in an AND (ORs in an OR) are flattened.
 fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
     let mut kept = Vec::with_capacity(args.len());
     for arg in args {
@@ -176,6 +253,10 @@ fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
                 value: Some(Datum::Bool(_)),
                 ..
             } => {}
+            // A nested AND in an AND (OR in an OR) is flattened, as the planner flattens it and
+            // as the parser reads `(a OR b) OR c` back, so that rendering is stable.
+            Expr::Or(inner) if decider => kept.extend(inner),
+            Expr::And(inner) if !decider => kept.extend(inner),
             other => kept.push(other),
         }
     }

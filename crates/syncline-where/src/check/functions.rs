@@ -8,6 +8,9 @@ use crate::error::WhereError;
 use crate::expr::{ArrayBuild, Expr, Op};
 use crate::types::Type;
 
+/// Most arguments Postgres passes to a function (`FUNC_MAX_ARGS`); more fail the query.
+const FUNC_ARGS_MAX: usize = 100;
+
 /// Names that are aggregates in Postgres; rejected with Electric's message.
 const AGGREGATES: &[&str] = &[
     "count",
@@ -109,6 +112,12 @@ impl Checker<'_> {
                 Type::Interval,
                 args_of(&[Type::Interval], items)?,
             ),
+            "concat" if items.len() > FUNC_ARGS_MAX => {
+                return Err(error(
+                    at,
+                    format!("cannot pass more than {FUNC_ARGS_MAX} arguments to a function"),
+                ))
+            }
             "concat" => Expr::Concat(
                 items
                     .into_iter()

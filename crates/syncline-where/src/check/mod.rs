@@ -9,27 +9,34 @@ use pg_query::protobuf::{self as pb, a_const::Val, node::Node as N, AExprKind, N
 use syncline_core::relation::RelationDesc;
 
 use crate::error::WhereError;
-use crate::expr::{BoolTest, CmpOp, Expr, Op};
+use crate::expr::{BoolTest, CmpOp, Expr, Op, Subscript};
 use crate::parse::PREFIX;
-use crate::types::Type;
+use crate::types::{Category, Type};
 use crate::value::Datum;
 
+/// Most subscripts (array dimensions) Postgres takes (`MAXDIM`).
+const ARRAY_DIMENSIONS_MAX: usize = 6;
 /// Deepest parse-tree nesting the checker walks (keeps recursion bounded for any input).
 const DEPTH_MAX: usize = 200;
 /// Deepest checked expression accepted. Rendering adds a level here and there (casts made
 /// explicit, typed constants), and the rendered SQL must still parse within the parse-tree
 /// decoder's limit of 100 message levels (about 50 expression levels) to be checked again.
-pub const EXPR_DEPTH_MAX: usize = 32;
+pub(crate) const EXPR_DEPTH_MAX: usize = 32;
 
 /// A checked operand: a typed expression, or a literal whose type the context decides
 /// (a quoted string, a `$n` parameter, or NULL).
+#[derive(Clone)]
 enum Item {
     Typed(Expr),
     Unknown { text: Option<String>, location: i32 },
 }
 
 /// Checks the parsed where clause; `params[0]` is `$1`.
-pub fn check(node: &Node, relation: &RelationDesc, params: &[String]) -> Result<Expr, WhereError> {
+pub(crate) fn check(
+    node: &Node,
+    relation: &RelationDesc,
+    params: &[String],
+) -> Result<Expr, WhereError> {
     let checker = Checker {
         relation,
         params,
@@ -42,6 +49,7 @@ pub fn check(node: &Node, relation: &RelationDesc, params: &[String]) -> Result<
         Err(_) => return Err(WhereError::new("WHERE clause must return a boolean")),
     };
     let expr = fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))?;
+    fold::reject_certain_errors(&expr).map_err(|e| WhereError::new(e.to_string()))?;
     if expr.depth() > EXPR_DEPTH_MAX {
         return Err(WhereError::new("expression nested too deeply"));
     }
@@ -49,7 +57,7 @@ pub fn check(node: &Node, relation: &RelationDesc, params: &[String]) -> Result<
 }
 
 /// Checks a parsed expression of any type (a sort key); unknown literals become `text`.
-pub fn check_value(
+pub(crate) fn check_value(
     node: &Node,
     relation: &RelationDesc,
     params: &[String],
@@ -61,6 +69,7 @@ pub fn check_value(
     };
     let expr = checker.typed(Some(node), node_location(node))?;
     let expr = fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))?;
+    fold::reject_certain_errors(&expr).map_err(|e| WhereError::new(e.to_string()))?;
     if expr.depth() > EXPR_DEPTH_MAX {
         return Err(WhereError::new("expression nested too deeply"));
     }
@@ -98,6 +107,7 @@ fn node_location(node: &Node) -> i32 {
         Some(N::CoalesceExpr(e)) => e.location,
         Some(N::MinMaxExpr(e)) => e.location,
         Some(N::SubLink(e)) => e.location,
+        Some(N::AIndirection(e)) => e.arg.as_deref().map_or(PREFIX.len() as i32, node_location),
         _ => PREFIX.len() as i32,
     }
 }
@@ -160,7 +170,7 @@ impl Checker<'_> {
                 "non-deterministic functions are not supported",
             )),
             N::CollateClause(c) => Err(error(c.location, "COLLATE is not supported")),
-            N::AIndirection(_) => Err(error(location, "subscripts are not supported")),
+            N::AIndirection(a) => self.subscript(a).map(Item::Typed),
             other => Err(error(
                 location,
                 format!("unsupported expression: {}", node_name(other)),
@@ -230,10 +240,7 @@ impl Checker<'_> {
                     format!("parameter ${} was not provided", p.number),
                 )
             })?;
-        Ok(Item::Unknown {
-            text: Some(value.clone()),
-            location: p.location,
-        })
+        unknown(value, p.location)
     }
 
     fn type_cast(&self, c: &pb::TypeCast) -> Result<Item, WhereError> {
@@ -299,12 +306,12 @@ impl Checker<'_> {
         let test = match pb::BoolTestType::try_from(t.booltesttype)
             .unwrap_or(pb::BoolTestType::Undefined)
         {
-            pb::BoolTestType::IsTrue => BoolTest::IsTrue,
-            pb::BoolTestType::IsNotTrue => BoolTest::IsNotTrue,
-            pb::BoolTestType::IsFalse => BoolTest::IsFalse,
-            pb::BoolTestType::IsNotFalse => BoolTest::IsNotFalse,
-            pb::BoolTestType::IsUnknown => BoolTest::IsUnknown,
-            pb::BoolTestType::IsNotUnknown => BoolTest::IsNotUnknown,
+            pb::BoolTestType::IsTrue => BoolTest::True,
+            pb::BoolTestType::IsNotTrue => BoolTest::NotTrue,
+            pb::BoolTestType::IsFalse => BoolTest::False,
+            pb::BoolTestType::IsNotFalse => BoolTest::NotFalse,
+            pb::BoolTestType::IsUnknown => BoolTest::Unknown,
+            pb::BoolTestType::IsNotUnknown => BoolTest::NotUnknown,
             pb::BoolTestType::Undefined => return Err(error(t.location, "malformed boolean test")),
         };
         Ok(Expr::BoolTest {
@@ -377,7 +384,10 @@ impl Checker<'_> {
                     )
                 })?
             }
-            _ => self.common_type([&l, &r].into_iter(), at)?,
+            _ => {
+                let ty = self.common_type([&l, &r].into_iter(), at)?;
+                Type::operator_common(&ty, &ty).unwrap_or(ty)
+            }
         };
         Ok((self.coerce(l, &ty, at)?, self.coerce(r, &ty, at)?))
     }
@@ -437,7 +447,9 @@ impl Checker<'_> {
                 .element()
                 .cloned()
                 .ok_or_else(|| error(at, "op ANY/ALL (array) requires array on right side"))?,
-            (Item::Typed(l), Item::Unknown { .. }) => l.ty().clone(),
+            (Item::Typed(l), Item::Unknown { .. }) => {
+                Type::operator_common(l.ty(), l.ty()).unwrap_or_else(|| l.ty().clone())
+            }
             _ => Type::Text,
         };
         let left = self.coerce(l, &elem, at)?;
@@ -459,6 +471,11 @@ impl Checker<'_> {
         }
     }
 
+    /// `x [NOT] IN (...)` as Postgres's `transformAExprIn` builds it: the items without a
+    /// column, when there are at least two with a common type, become one `x = ANY` list of
+    /// that type; every other item is its own `x = item`, typed on its own (a `bpchar` column
+    /// beside a `text` item compares as text, beside a constant as `bpchar`). The parts are
+    /// ORed (`NOT IN`: `<>` and AND), the list first.
     fn in_list(&self, e: &pb::AExpr, negated: bool) -> Result<Expr, WhereError> {
         let at = e.location;
         let left = self.item(
@@ -467,17 +484,57 @@ impl Checker<'_> {
                 .ok_or_else(|| error(at, "missing operand"))?,
         )?;
         let items = self.list_items(e.rexpr.as_deref(), at)?;
-        let ty = self.common_type(std::iter::once(&left).chain(&items), at)?;
-        operators::check_comparable(CmpOp::Eq, &ty).map_err(|m| error(at, m))?;
-        let arg = self.coerce(left, &ty, at)?;
-        let list = items
-            .into_iter()
-            .map(|i| self.coerce(i, &ty, at))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Expr::InList {
-            arg: Box::new(arg),
-            list,
-            negated,
+        let has_column = |i: &Item| matches!(i, Item::Typed(e) if !e.columns().is_empty());
+        let constants = items.iter().filter(|i| !has_column(i)).count();
+        let list_ty = match constants {
+            0 | 1 => None,
+            _ => {
+                let constant_items = items.iter().filter(|i| !has_column(i));
+                self.common_type(std::iter::once(&left).chain(constant_items), at)
+                    .ok()
+            }
+        };
+        let mut parts = Vec::with_capacity(items.len());
+        let mut singles = Vec::with_capacity(items.len());
+        match list_ty {
+            Some(list_ty) => {
+                let (columns, constants): (Vec<Item>, Vec<Item>) =
+                    items.into_iter().partition(has_column);
+                let ty = match item_type(&left) {
+                    Some(left_ty) => Type::operator_common(left_ty, &list_ty),
+                    None => Type::operator_common(&list_ty, &list_ty),
+                }
+                .ok_or_else(|| {
+                    error(
+                        at,
+                        format!("operator does not exist: {list_ty} = {list_ty}"),
+                    )
+                })?;
+                operators::check_comparable(CmpOp::Eq, &ty).map_err(|m| error(at, m))?;
+                let list = constants
+                    .into_iter()
+                    .map(|i| {
+                        self.coerce(i, &list_ty, at)
+                            .and_then(|e| self.coerce(Item::Typed(e), &ty, at))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                parts.push(Expr::InList {
+                    arg: Box::new(self.coerce(left.clone(), &ty, at)?),
+                    list,
+                    negated,
+                });
+                singles = columns;
+            }
+            None => singles.extend(items),
+        }
+        let op = if negated { "<>" } else { "=" };
+        for item in singles {
+            parts.push(self.binary(op, left.clone(), item, at)?);
+        }
+        Ok(match parts.len() {
+            1 => parts.pop().unwrap_or_else(|| unreachable!()),
+            _ if negated => Expr::And(parts),
+            _ => Expr::Or(parts),
         })
     }
 
@@ -544,7 +601,12 @@ impl Checker<'_> {
             .rexpr
             .as_deref()
             .ok_or_else(|| error(at, "missing operand"))?;
-        let mut args = vec![self.coerce(left, &Type::Text, at)?];
+        // bpchar's own LIKE operators match its padded value; any other text matches as text.
+        let left_ty = match &left {
+            Item::Typed(e) if *e.ty() == Type::Bpchar => Type::Bpchar,
+            _ => Type::Text,
+        };
+        let mut args = vec![self.coerce(left, &left_ty, at)?];
         match &right.node {
             Some(N::FuncCall(f))
                 if f.funcname.iter().filter_map(string_of).next_back() == Some("like_escape")
@@ -568,6 +630,75 @@ impl Checker<'_> {
             args,
             ty: Type::Bool,
         })
+    }
+
+    /// `array[i]...` and slices `array[a:b]...`, as Postgres's `transformContainerSubscripts`
+    /// checks them: an array operand, at most 6 subscripts, each an integer (an untyped literal
+    /// read as `int4`, a numeric type converted as by assignment, so `1.5` is 2).
+    fn subscript(&self, a: &pb::AIndirection) -> Result<Expr, WhereError> {
+        let at = a.arg.as_deref().map_or(PREFIX.len() as i32, node_location);
+        let array = self.typed(a.arg.as_deref(), at)?;
+        let elem = match array.ty() {
+            Type::Array(elem) => (**elem).clone(),
+            Type::Jsonb => return Err(error(at, "jsonb subscripts are not supported")),
+            other => {
+                return Err(error(
+                    at,
+                    format!(
+                        "cannot subscript type {other} because it does not support subscripting"
+                    ),
+                ))
+            }
+        };
+        let mut subscripts = Vec::with_capacity(a.indirection.len());
+        for node in &a.indirection {
+            match &node.node {
+                Some(N::AIndices(ix)) => subscripts.push(Subscript {
+                    slice: ix.is_slice,
+                    lower: ix.lidx.as_deref().map(|n| self.index(n)).transpose()?,
+                    upper: ix.uidx.as_deref().map(|n| self.index(n)).transpose()?,
+                }),
+                Some(N::String(field)) => {
+                    return Err(error(
+                        at,
+                        format!(
+                            "column notation .{} applied to type {}, which is not a composite type",
+                            field.sval,
+                            array.ty()
+                        ),
+                    ))
+                }
+                _ => return Err(error(at, "unsupported indirection")),
+            }
+        }
+        if subscripts.len() > ARRAY_DIMENSIONS_MAX {
+            return Err(WhereError::new(format!(
+                "number of array dimensions ({}) exceeds the maximum allowed ({ARRAY_DIMENSIONS_MAX})",
+                subscripts.len()
+            )));
+        }
+        let ty = if subscripts.iter().any(|s| s.slice) {
+            array.ty().clone()
+        } else {
+            elem
+        };
+        Ok(Expr::Subscript {
+            array: Box::new(array),
+            subscripts,
+            ty,
+        })
+    }
+
+    /// A subscript as `int4`: Postgres coerces it by assignment, so numeric types round.
+    fn index(&self, node: &Node) -> Result<Expr, WhereError> {
+        let location = node_location(node);
+        match self.item(node)? {
+            item @ Item::Unknown { .. } => self.coerce(item, &Type::Int4, location),
+            Item::Typed(e) if e.ty().category() == Category::Numeric => {
+                operators::explicit_cast(e, &Type::Int4).map_err(|m| error(location, m))
+            }
+            Item::Typed(_) => Err(error(location, "array subscript must have type integer")),
+        }
     }
 
     fn coalesce(&self, args: &[Node], at: i32) -> Result<Expr, WhereError> {
@@ -645,6 +776,21 @@ impl Checker<'_> {
     }
 }
 
+/// An untyped literal (a quoted string or a parameter's value). Postgres takes no NUL
+/// character in any text, so one is its encoding error.
+fn unknown(text: &str, location: i32) -> Result<Item, WhereError> {
+    if text.contains('\0') {
+        return Err(error(
+            location,
+            "invalid byte sequence for encoding \"UTF8\": 0x00",
+        ));
+    }
+    Ok(Item::Unknown {
+        text: Some(text.to_string()),
+        location,
+    })
+}
+
 fn item_type(item: &Item) -> Option<&Type> {
     match item {
         Item::Typed(e) => Some(e.ty()),
@@ -672,10 +818,7 @@ fn constant(c: &pb::AConst) -> Result<Item, WhereError> {
             }
         }
         Some(Val::Boolval(b)) => typed(Datum::Bool(b.boolval), Type::Bool),
-        Some(Val::Sval(s)) => Ok(Item::Unknown {
-            text: Some(s.sval.clone()),
-            location: c.location,
-        }),
+        Some(Val::Sval(s)) => unknown(&s.sval, c.location),
         Some(Val::Bsval(_)) | None => {
             Err(error(c.location, "bit string literals are not supported"))
         }

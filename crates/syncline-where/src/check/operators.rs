@@ -6,11 +6,28 @@ use crate::expr::{ArrayBuild, CmpOp, Expr, Op};
 use crate::types::{Category, Type};
 
 /// Whether `from` converts to `to` implicitly (numeric widening, date to timestamp(tz),
-/// timestamp to timestamptz).
+/// timestamp to timestamptz, any string type to any other).
 fn implicit(from: &Type, to: &Type) -> bool {
     match (from, to) {
         (Type::Array(f), Type::Array(t)) => implicit(f, t),
+        _ if is_string(from) && is_string(to) => true,
         _ => from == to || Type::common(from, to).as_ref() == Some(to),
+    }
+}
+
+fn is_string(ty: &Type) -> bool {
+    ty.category() == Category::String
+}
+
+/// Whether a value of `from` is already one of `to` (`text` and `varchar`, or arrays of them):
+/// Postgres relabels it, with no cast to evaluate or render.
+fn relabels(from: &Type, to: &Type) -> bool {
+    match (from, to) {
+        (Type::Array(f), Type::Array(t)) => relabels(f, t),
+        _ => matches!(
+            (from, to),
+            (Type::Text | Type::Varchar, Type::Text | Type::Varchar)
+        ),
     }
 }
 
@@ -19,8 +36,8 @@ fn explicit(from: &Type, to: &Type) -> bool {
     let (cf, ct) = (from.category(), to.category());
     implicit(from, to)
         || (cf == Category::Numeric && ct == Category::Numeric)
-        || *from == Type::Text
-        || *to == Type::Text
+        || is_string(from)
+        || is_string(to)
         || matches!(
             (from, to),
             (Type::Int4, Type::Bool) | (Type::Bool, Type::Int4)
@@ -32,11 +49,27 @@ fn explicit(from: &Type, to: &Type) -> bool {
         )
 }
 
-/// Wraps `e` in a cast to `to`, folding constants.
-fn cast(e: Expr, to: &Type) -> Expr {
+/// Wraps `e` in a cast to `to`, folding constants. With `relabel` (an implicit conversion), a
+/// column or constant that only needs relabelling (`varchar` as `text`) just takes the type:
+/// Postgres, reading the rendered SQL, applies the same conversion where it is needed. An
+/// explicit cast is kept, since it can change how Postgres resolves what surrounds it.
+fn cast(e: Expr, to: &Type, relabel: bool) -> Expr {
     if e.ty() == to {
         return e;
     }
+    let e = match e {
+        Expr::Column { index, name, ty } if relabel && relabels(&ty, to) => {
+            return Expr::Column {
+                index,
+                name,
+                ty: to.clone(),
+            }
+        }
+        Expr::Const { value, ty } if relabel && relabels(&ty, to) => {
+            return Expr::constant(value, to.clone())
+        }
+        other => other,
+    };
     if let Expr::Const { value, ty } = &e {
         if let Ok(folded) = cast_value(value.clone(), ty, to) {
             return Expr::constant(folded, to.clone());
@@ -50,23 +83,23 @@ fn cast(e: Expr, to: &Type) -> Expr {
 }
 
 /// An implicit conversion, or the error Postgres would give.
-pub fn implicit_cast(e: Expr, to: &Type) -> Result<Expr, String> {
+pub(crate) fn implicit_cast(e: Expr, to: &Type) -> Result<Expr, String> {
     if !implicit(e.ty(), to) {
         return Err(format!("cannot use type {} where {to} is expected", e.ty()));
     }
-    Ok(cast(e, to))
+    Ok(cast(e, to, true))
 }
 
 /// An explicit `::type` / `CAST`.
-pub fn explicit_cast(e: Expr, to: &Type) -> Result<Expr, String> {
+pub(crate) fn explicit_cast(e: Expr, to: &Type) -> Result<Expr, String> {
     if !explicit(e.ty(), to) {
         return Err(format!("cannot cast type {} to {to}", e.ty()));
     }
-    Ok(cast(e, to))
+    Ok(cast(e, to, false))
 }
 
 /// Checks `op` exists for operands of type `ty`.
-pub fn check_comparable(op: CmpOp, ty: &Type) -> Result<(), String> {
+pub(crate) fn check_comparable(op: CmpOp, ty: &Type) -> Result<(), String> {
     let equality = matches!(op, CmpOp::Eq | CmpOp::Ne);
     if equality || ty.is_ordered() {
         Ok(())
@@ -76,7 +109,7 @@ pub fn check_comparable(op: CmpOp, ty: &Type) -> Result<(), String> {
 }
 
 /// `l op r` for operands already of one type.
-pub fn comparison(op: CmpOp, l: Expr, r: Expr) -> Result<Expr, String> {
+pub(crate) fn comparison(op: CmpOp, l: Expr, r: Expr) -> Result<Expr, String> {
     check_comparable(op, l.ty())?;
     Ok(Expr::Op {
         op: Op::Cmp(op),
@@ -91,7 +124,7 @@ fn no_operator(op: &str, l: Option<&Type>, r: Option<&Type>) -> String {
 }
 
 /// The operand types `l op r` resolves to; `None` is an untyped literal.
-pub fn binary_operand_types(
+pub(crate) fn binary_operand_types(
     op: &str,
     l: Option<&Type>,
     r: Option<&Type>,
@@ -141,13 +174,17 @@ pub fn binary_operand_types(
         ("||", Array(_), Array(_)) if lt == rt => (lt.clone(), rt.clone()),
         ("||", Array(e), b) if **e == *b => (lt.clone(), rt.clone()),
         ("||", a, Array(e)) if **e == *a => (lt.clone(), rt.clone()),
-        ("||", Text, b) | ("||", b, Text) if !matches!(b, Array(_)) => (lt.clone(), rt.clone()),
-        ("~~" | "!~~" | "~~*" | "!~~*", Text, Text) => (Text, Text),
+        ("||", s, b) | ("||", b, s) if is_string(s) && !matches!(b, Array(_)) => {
+            (lt.clone(), rt.clone())
+        }
+        // bpchar's own LIKE operators match its padded value; any other text matches as text.
+        ("~~" | "!~~" | "~~*" | "!~~*", Bpchar, b) if is_string(b) => (Bpchar, Text),
+        ("~~" | "!~~" | "~~*" | "!~~*", a, b) if is_string(a) && is_string(b) => (Text, Text),
         ("@>" | "<@" | "&&", Array(_), Array(_)) if lt == rt => (lt.clone(), rt.clone()),
         ("@>", Jsonb, Jsonb) => (Jsonb, Jsonb),
-        ("->" | "->>", Jsonb, Text) => (Jsonb, Text),
+        ("->" | "->>", Jsonb, s) if is_string(s) => (Jsonb, Text),
         ("->" | "->>", Jsonb, Int2 | Int4) => (Jsonb, Int4),
-        ("?", Jsonb, Text) => (Jsonb, Text),
+        ("?", Jsonb, s) if is_string(s) => (Jsonb, Text),
         _ => return Err(fail()),
     };
     Ok(pair)
@@ -158,13 +195,13 @@ fn default_other(op: &str, other: &Type) -> Type {
     match (op, other) {
         ("->" | "->>" | "?", Type::Jsonb) => Type::Text,
         ("||", Type::Array(_)) => other.clone(),
-        ("||", _) => Type::Text,
+        ("||" | "~~" | "!~~" | "~~*" | "!~~*", _) => Type::Text,
         _ => other.clone(),
     }
 }
 
 /// Builds `l op r` for operands of the types `binary_operand_types` chose.
-pub fn binary(op: &str, l: Expr, r: Expr) -> Result<Expr, String> {
+pub(crate) fn binary(op: &str, l: Expr, r: Expr) -> Result<Expr, String> {
     use Type::*;
     let (lt, rt) = (l.ty().clone(), r.ty().clone());
     let strict = |op: Op, ty: Type, l: Expr, r: Expr| {
@@ -215,7 +252,7 @@ pub fn binary(op: &str, l: Expr, r: Expr) -> Result<Expr, String> {
             },
             _ => Expr::Op {
                 op: Op::TextConcat,
-                args: vec![cast(l, &Text), cast(r, &Text)],
+                args: vec![cast(l, &Text, true), cast(r, &Text, true)],
                 ty: Text,
             },
         }),
@@ -238,7 +275,7 @@ pub fn binary(op: &str, l: Expr, r: Expr) -> Result<Expr, String> {
 }
 
 /// Builds a prefix operator application.
-pub fn unary(op: &str, e: Expr) -> Result<Expr, String> {
+pub(crate) fn unary(op: &str, e: Expr) -> Result<Expr, String> {
     let ty = e.ty().clone();
     let numeric = ty.category() == Category::Numeric;
     let (which, e, ty) = match op {
@@ -246,7 +283,9 @@ pub fn unary(op: &str, e: Expr) -> Result<Expr, String> {
         "-" if numeric || ty == Type::Interval => (Op::Neg, e, ty),
         "@" if numeric => (Op::Abs, e, ty),
         "~" if ty.is_integer() => (Op::BitNot, e, ty),
-        "|/" if numeric && ty != Type::Numeric => (Op::Sqrt, cast(e, &Type::Float8), Type::Float8),
+        "|/" if numeric && ty != Type::Numeric => {
+            (Op::Sqrt, cast(e, &Type::Float8, true), Type::Float8)
+        }
         _ => return Err(format!("operator does not exist: {op} {ty}")),
     };
     if let Expr::Const { value: Some(_), .. } = &e {

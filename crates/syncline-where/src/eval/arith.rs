@@ -12,7 +12,12 @@ use crate::value::numeric::Numeric;
 use crate::value::{Datum, Nullable};
 
 /// Applies an arithmetic operation to non-NULL values; `ty` is the result type.
-pub fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable, EvalError> {
+pub(crate) fn apply(
+    op: &Op,
+    args: &[Expr],
+    values: &[Datum],
+    ty: &Type,
+) -> Result<Nullable, EvalError> {
     let result = match values {
         [v] => unary(op, v, ty)?,
         [a, b] => binary(op, (args[0].ty(), a), (args[1].ty(), b), ty)?,
@@ -187,7 +192,12 @@ fn date_plus_days(d: i32, n: i64) -> Result<Datum, EvalError> {
     let v = (d as i64)
         .checked_add(n)
         .and_then(|v| i32::try_from(v).ok());
-    let v = v.filter(|v| datetime::valid_timestamp(*v as i64 * USECS_PER_DAY).is_some());
+    let v = v.filter(|v| {
+        i64::from(*v)
+            .checked_mul(USECS_PER_DAY)
+            .and_then(datetime::valid_timestamp)
+            .is_some()
+    });
     v.map(Datum::Date).ok_or(EvalError::OutOfRange("date"))
 }
 

@@ -7,7 +7,7 @@ use crate::types::Type;
 use crate::value::array::Array;
 use crate::value::datetime::{DATE_INFINITY, TIMESTAMP_INFINITY, USECS_PER_DAY};
 use crate::value::numeric::Numeric;
-use crate::value::{float, Datum, Nullable};
+use crate::value::{bpchar_trim, float, Datum, Nullable};
 
 fn int_range(ty: &Type) -> Option<(i64, i64, &'static str)> {
     match ty {
@@ -19,7 +19,7 @@ fn int_range(ty: &Type) -> Option<(i64, i64, &'static str)> {
 }
 
 /// Checks an integer fits `ty`.
-pub fn check_int(v: i64, ty: &Type) -> Result<Datum, EvalError> {
+pub(crate) fn check_int(v: i64, ty: &Type) -> Result<Datum, EvalError> {
     match int_range(ty) {
         Some((min, max, name)) if v < min || v > max => Err(EvalError::OutOfRange(name)),
         _ => Ok(Datum::Int(v)),
@@ -27,7 +27,7 @@ pub fn check_int(v: i64, ty: &Type) -> Result<Datum, EvalError> {
 }
 
 /// Rounds a float to `float4` when `ty` is float4, rejecting overflow.
-pub fn check_float(v: f64, ty: &Type) -> Result<Datum, EvalError> {
+pub(crate) fn check_float(v: f64, ty: &Type) -> Result<Datum, EvalError> {
     if *ty == Type::Float4 {
         let narrowed = v as f32;
         if narrowed.is_infinite() && v.is_finite() {
@@ -39,15 +39,27 @@ pub fn check_float(v: f64, ty: &Type) -> Result<Datum, EvalError> {
 }
 
 /// Converts `value` from type `from` to type `to`.
-pub fn cast_value(value: Nullable, from: &Type, to: &Type) -> Result<Nullable, EvalError> {
+pub(crate) fn cast_value(value: Nullable, from: &Type, to: &Type) -> Result<Nullable, EvalError> {
     let Some(v) = value else { return Ok(None) };
     if from == to {
         return Ok(Some(v));
     }
-    if *to == Type::Text || matches!(to, Type::Enum(_)) && *from == Type::Text {
-        return Ok(Some(Datum::Text(Arc::from(v.to_text(from)))));
+    let string = |t: &Type| matches!(t, Type::Text | Type::Varchar | Type::Bpchar);
+    if string(to) || matches!(to, Type::Enum(_)) && string(from) {
+        // bpchar to text or varchar drops the padding (`rtrim1`); any other conversion goes
+        // through the text output, padding and all.
+        let text = match &v {
+            Datum::Bpchar(s) if matches!(to, Type::Text | Type::Varchar) => {
+                Arc::from(bpchar_trim(s))
+            }
+            _ => Arc::from(v.to_text(from)),
+        };
+        return Ok(Some(match to {
+            Type::Bpchar => Datum::Bpchar(text),
+            _ => Datum::Text(text),
+        }));
     }
-    if *from == Type::Text || matches!(from, Type::Enum(_)) {
+    if string(from) || matches!(from, Type::Enum(_)) {
         return Datum::parse(to, &v.to_text(from)).map(Some);
     }
     if let (Datum::Array(array), Type::Array(from_elem), Type::Array(to_elem)) = (&v, from, to) {

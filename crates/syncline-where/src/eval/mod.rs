@@ -8,11 +8,11 @@ mod row;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-pub use cast::cast_value;
+pub(crate) use cast::cast_value;
 pub use row::{Row, RowTypes};
 
 use crate::error::EvalError;
-use crate::expr::{ArrayBuild, BoolTest, CmpOp, Expr, Op};
+use crate::expr::{ArrayBuild, BoolTest, CmpOp, Expr, Op, Subscript};
 use crate::like::like;
 use crate::types::Type;
 use crate::value::array::Array;
@@ -20,7 +20,7 @@ use crate::value::timezone::{timezone, ZoneArg};
 use crate::value::{Datum, Nullable};
 
 /// Evaluates `expr` on `row`. `Ok(None)` is SQL NULL.
-pub fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
+pub(crate) fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
     match expr {
         Expr::Const { value, .. } => Ok(value.clone()),
         Expr::Column { index, .. } => row.get(*index),
@@ -43,12 +43,12 @@ pub fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
         Expr::BoolTest { arg, test } => {
             let v = eval_bool(arg, row)?;
             let result = match test {
-                BoolTest::IsTrue => v == Some(true),
-                BoolTest::IsNotTrue => v != Some(true),
-                BoolTest::IsFalse => v == Some(false),
-                BoolTest::IsNotFalse => v != Some(false),
-                BoolTest::IsUnknown => v.is_none(),
-                BoolTest::IsNotUnknown => v.is_some(),
+                BoolTest::True => v == Some(true),
+                BoolTest::NotTrue => v != Some(true),
+                BoolTest::False => v == Some(false),
+                BoolTest::NotFalse => v != Some(false),
+                BoolTest::Unknown => v.is_none(),
+                BoolTest::NotUnknown => v.is_some(),
             };
             Ok(Some(Datum::Bool(result)))
         }
@@ -141,6 +141,9 @@ pub fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Some(Datum::Array(Arc::new(Array::from_elems(values)))))
         }
+        Expr::Subscript {
+            array, subscripts, ..
+        } => subscript(eval(array, row)?, subscripts, row),
         Expr::ArrayBuild { kind, args, .. } => {
             array_build(*kind, eval(&args[0], row)?, eval(&args[1], row)?)
         }
@@ -148,7 +151,7 @@ pub fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
 }
 
 /// Evaluates a boolean expression.
-pub fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
+pub(crate) fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
     match eval(expr, row)? {
         Some(Datum::Bool(b)) => Ok(Some(b)),
         None => Ok(None),
@@ -162,7 +165,7 @@ pub fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
 /// (NULL) when any operand is false (NULL) and OR true when any is true even if another operand
 /// fails (for Postgres the order of operands decides whether it fails). The answer then does not depend
 /// on which conjunct an index checks first.
-pub fn eval_bool_for_routing(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
+pub(crate) fn eval_bool_for_routing(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
     match expr {
         Expr::And(args) | Expr::Or(args) => {
             let decider = matches!(expr, Expr::Or(_));
@@ -188,12 +191,12 @@ pub fn eval_bool_for_routing(expr: &Expr, row: &Row) -> Result<Option<bool>, Eva
 }
 
 /// Evaluates an expression without columns; `None` when it needs a row or fails.
-pub fn eval_constant(expr: &Expr) -> Option<Nullable> {
+pub(crate) fn eval_constant(expr: &Expr) -> Option<Nullable> {
     eval_constant_checked(expr).ok()
 }
 
 /// Evaluates an expression without columns.
-pub fn eval_constant_checked(expr: &Expr) -> Result<Nullable, EvalError> {
+pub(crate) fn eval_constant_checked(expr: &Expr) -> Result<Nullable, EvalError> {
     if !expr.columns().is_empty() {
         return Err(EvalError::Other("expression reads columns".into()));
     }
@@ -248,6 +251,45 @@ fn quantified(
     })
 }
 
+/// An array access as Postgres evaluates it: a NULL array is NULL without evaluating the
+/// subscripts; otherwise every given subscript is evaluated (upper ones first, then lower ones),
+/// and any NULL among them gives NULL.
+fn subscript(array: Nullable, subscripts: &[Subscript], row: &Row) -> Result<Nullable, EvalError> {
+    let Some(Datum::Array(array)) = array else {
+        return Ok(None);
+    };
+    let bound = |e: &Option<Expr>| -> Result<Option<Nullable>, EvalError> {
+        e.as_ref().map(|e| eval(e, row)).transpose()
+    };
+    let uppers = subscripts
+        .iter()
+        .map(|s| bound(&s.upper))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lowers = subscripts
+        .iter()
+        .map(|s| bound(&s.lower))
+        .collect::<Result<Vec<_>, _>>()?;
+    let int = |v: Option<Nullable>| -> Option<Option<i64>> {
+        match v {
+            None => Some(None),
+            Some(Some(Datum::Int(i))) => Some(Some(i)),
+            Some(_) => None,
+        }
+    };
+    let mut bounds = Vec::with_capacity(subscripts.len());
+    for ((s, lower), upper) in subscripts.iter().zip(lowers).zip(uppers) {
+        let (Some(lower), Some(upper)) = (int(lower), int(upper)) else {
+            return Ok(None);
+        };
+        bounds.push((if s.slice { lower } else { Some(1) }, upper));
+    }
+    if subscripts.iter().any(|s| s.slice) {
+        return Ok(Some(Datum::Array(Arc::new(array.slice(&bounds)))));
+    }
+    let index: Option<Vec<i64>> = bounds.iter().map(|(_, upper)| *upper).collect();
+    Ok(index.and_then(|index| array.element(&index)))
+}
+
 fn array_build(kind: ArrayBuild, a: Nullable, b: Nullable) -> Result<Nullable, EvalError> {
     let as_array = |v: Nullable| match v {
         Some(Datum::Array(a)) => Some(a),
@@ -292,7 +334,7 @@ fn array_build(kind: ArrayBuild, a: Nullable, b: Nullable) -> Result<Nullable, E
 
 fn text(d: &Datum) -> &str {
     match d {
-        Datum::Text(s) => s,
+        Datum::Text(s) | Datum::Bpchar(s) => s,
         _ => "",
     }
 }
@@ -322,7 +364,7 @@ fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable
             let escape = values.get(2).map(text);
             b(like(text(&values[0]), text(&values[1]), escape, *insensitive)? != *negated)
         }
-        Op::LikeMatch { pattern, negated } => b(pattern.matches(text(&values[0])) != *negated),
+        Op::LikeMatch { pattern, negated } => b(pattern.matches(text(&values[0]))? != *negated),
         Op::Lower => s(text(&values[0]).to_ascii_lowercase()),
         Op::Upper => s(text(&values[0]).to_ascii_uppercase()),
         Op::TextConcat => s(format!("{}{}", text(&values[0]), text(&values[1]))),

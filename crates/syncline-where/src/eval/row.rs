@@ -12,7 +12,7 @@ use crate::value::{Datum, Nullable};
 
 /// The language type of each column of a relation (`None` for types it cannot use).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RowTypes(pub Vec<Option<Type>>);
+pub struct RowTypes(pub(crate) Vec<Option<Type>>);
 
 impl RowTypes {
     /// Types of the relation's columns, in column order.
@@ -45,7 +45,7 @@ impl<'a> Row<'a> {
     }
 
     /// A row without columns, for constant expressions.
-    pub fn empty() -> Row<'static> {
+    pub(crate) fn empty() -> Row<'static> {
         Row {
             types: &[],
             values: &[],
@@ -54,7 +54,7 @@ impl<'a> Row<'a> {
     }
 
     /// The decoded value of column `index`, decoding it on first use.
-    pub fn get(&self, index: usize) -> Result<Nullable, EvalError> {
+    pub(crate) fn get(&self, index: usize) -> Result<Nullable, EvalError> {
         let cell = self
             .cells
             .get(index)

@@ -12,7 +12,7 @@ const MIX: u64 = 0xff51_afd7_ed55_8ccd;
 
 /// The Fx hasher.
 #[derive(Default, Clone, Copy)]
-pub struct FxHasher {
+pub(crate) struct FxHasher {
     hash: u64,
 }
 
@@ -64,9 +64,9 @@ impl Hasher for FxHasher {
 }
 
 /// A `HashMap` with the Fx hasher.
-pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// A `HashSet` with the Fx hasher.
-pub type FxHashSet<T> = HashSet<T, BuildHasherDefault<FxHasher>>;
+pub(crate) type FxHashSet<T> = HashSet<T, BuildHasherDefault<FxHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use crate::value::numeric::Numeric;
-use crate::value::Datum;
+use crate::value::{bpchar_trim, Datum};
 
 /// A value as a hash key: numerics by their normalised digits, floats with -0 = 0 and one NaN,
 /// intervals by their comparison span.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Key {
+pub(crate) enum Key {
     /// `bool`.
     Bool(bool),
     /// Any integer type.
@@ -31,7 +31,7 @@ pub enum Key {
 
 impl Key {
     /// The key of a value; `None` for arrays and jsonb, which are not indexed by equality.
-    pub fn of(d: &Datum) -> Option<Key> {
+    pub(crate) fn of(d: &Datum) -> Option<Key> {
         Some(match d {
             Datum::Bool(b) => Key::Bool(*b),
             Datum::Int(i) => Key::Int(*i),
@@ -42,6 +42,7 @@ impl Key {
                 other => other.to_text(),
             })),
             Datum::Text(s) => Key::Text(s.clone()),
+            Datum::Bpchar(s) => Key::Text(Arc::from(bpchar_trim(s))),
             Datum::Uuid(u) => Key::Uuid(*u),
             Datum::Date(d) => Key::Date(*d),
             Datum::Time(t) | Datum::Timestamp(t) => Key::Micros(*t),

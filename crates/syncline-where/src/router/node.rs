@@ -21,7 +21,7 @@ struct PrefixIndex {
 /// true for the row. Kept small (indexes boxed, created on first use): with 100k equality
 /// shapes there are 100k nodes, and their size decides how many cache lines a lookup touches.
 #[derive(Default)]
-pub struct Node {
+pub(crate) struct Node {
     matched: FxHashSet<ShapeId>,
     indexes: Option<Box<Indexes>>,
     others: Vec<(ShapeId, Expr)>,
@@ -55,7 +55,7 @@ fn conjunction(mut conjuncts: Vec<Expr>) -> Option<Expr> {
 
 impl Node {
     /// Adds a shape that matches when all `conjuncts` are true.
-    pub fn insert(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
+    pub(crate) fn insert(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
         let Some(expr) = conjunction(conjuncts) else {
             self.matched.insert(shape);
             return;
@@ -99,7 +99,7 @@ impl Node {
     }
 
     /// Removes a shape added with the same `conjuncts`; prunes levels left empty.
-    pub fn remove(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
+    pub(crate) fn remove(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
         let Some(expr) = conjunction(conjuncts) else {
             self.matched.remove(&shape);
             return;
@@ -168,7 +168,7 @@ impl Node {
     }
 
     /// Shapes evaluated one by one at this level.
-    pub fn unindexed(&self) -> usize {
+    pub(crate) fn unindexed(&self) -> usize {
         self.others.len()
     }
 
@@ -179,8 +179,10 @@ impl Node {
     }
 
     /// Adds the shapes matching `row` to `out`. A column that cannot be decoded makes every
-    /// shape indexed on it count as matching (over-inclusion is safe, omission is not).
-    pub fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
+    /// access on it count as holding (over-inclusion is safe, omission is not); the shapes below
+    /// are still matched by their other conditions, so a false one excludes the row, as when
+    /// the whole clause is evaluated.
+    pub(crate) fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
         out.extend(self.matched.iter().copied());
         if let Some(ix) = &self.indexes {
             ix.collect(row, out);
@@ -190,15 +192,6 @@ impl Node {
                 out.insert(*shape);
             }
         }
-    }
-
-    /// Every shape at or below this node.
-    fn all(&self, out: &mut FxHashSet<ShapeId>) {
-        out.extend(self.matched.iter().copied());
-        if let Some(ix) = &self.indexes {
-            ix.all(out);
-        }
-        out.extend(self.others.iter().map(|(id, _)| *id));
     }
 }
 
@@ -212,7 +205,7 @@ impl Indexes {
                     }
                 }
                 Ok(None) => {}
-                Err(_) => map.values().for_each(|n| n.all(out)),
+                Err(_) => map.values().for_each(|n| n.collect(row, out)),
             }
         }
         for (col, by_first) in &self.contains {
@@ -232,19 +225,19 @@ impl Indexes {
                 Err(_) => by_first
                     .values()
                     .flat_map(|m| m.values())
-                    .for_each(|n| n.all(out)),
+                    .for_each(|n| n.collect(row, out)),
             }
         }
         for (col, index) in &self.ranges {
             match row.get(*col) {
                 Ok(Some(v)) => index.stab(&v, &mut |node: &Node| node.collect(row, out)),
                 Ok(None) => {}
-                Err(_) => index.all().for_each(|n| n.all(out)),
+                Err(_) => index.all().for_each(|n| n.collect(row, out)),
             }
         }
         for (col, index) in &self.prefixes {
             match row.get(*col) {
-                Ok(Some(Datum::Text(text))) => {
+                Ok(Some(Datum::Text(text) | Datum::Bpchar(text))) => {
                     let limit = index.longest_bytes.min(text.len());
                     for end in (0..=limit).filter(|&i| text.is_char_boundary(i)) {
                         if let Some(node) = index.by_prefix.get(&text[..end]) {
@@ -253,29 +246,9 @@ impl Indexes {
                     }
                 }
                 Ok(_) => {}
-                Err(_) => index.by_prefix.values().for_each(|n| n.all(out)),
+                Err(_) => index.by_prefix.values().for_each(|n| n.collect(row, out)),
             }
         }
-    }
-
-    fn all(&self, out: &mut FxHashSet<ShapeId>) {
-        self.eq
-            .values()
-            .flat_map(|m| m.values())
-            .for_each(|n| n.all(out));
-        self.contains
-            .values()
-            .flat_map(|m| m.values())
-            .flat_map(|m| m.values())
-            .for_each(|n| n.all(out));
-        self.ranges
-            .values()
-            .flat_map(|i| i.all())
-            .for_each(|n| n.all(out));
-        self.prefixes
-            .values()
-            .flat_map(|i| i.by_prefix.values())
-            .for_each(|n| n.all(out));
     }
 }
 

@@ -14,7 +14,7 @@ use crate::value::{Datum, Nullable};
 
 /// One end of a range.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// No limit.
     Unbounded,
     /// Includes the value.
@@ -25,7 +25,7 @@ pub enum Bound {
 
 /// What an index answers exactly for one column.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Access {
+pub(crate) enum Access {
     /// `col = value`.
     Eq(usize, Key),
     /// `col @> values` (sorted, distinct, non-empty; `c = ANY(col)` is one value).
@@ -37,15 +37,15 @@ pub enum Access {
 }
 
 /// An OR arm: an access, or none when the arm must be evaluated whole; and what else must hold.
-pub struct Branch {
+pub(crate) struct Branch {
     /// The indexed condition, if any.
-    pub access: Option<Access>,
+    pub(crate) access: Option<Access>,
     /// Remaining conjuncts (all must be true).
-    pub rest: Vec<Expr>,
+    pub(crate) rest: Vec<Expr>,
 }
 
 /// The branches of `expr` (a single access-less branch when it cannot be indexed).
-pub fn branches(expr: &Expr) -> Vec<Branch> {
+pub(crate) fn branches(expr: &Expr) -> Vec<Branch> {
     let whole = || {
         vec![Branch {
             access: None,

@@ -19,7 +19,7 @@ use crate::value::Datum;
 const PENDING_BASE_MAX: usize = 64;
 
 /// Ranges on one column, each with a payload.
-pub struct RangeIndex<T> {
+pub(crate) struct RangeIndex<T> {
     entries: Vec<Entry<T>>,
     by_bounds: HashMap<(BoundKey, BoundKey), usize>,
     sorted: Vec<usize>,
@@ -100,7 +100,7 @@ impl<T> Default for RangeIndex<T> {
 
 impl<T> RangeIndex<T> {
     /// The payload for a range, created with `make` if the range is new.
-    pub fn entry(&mut self, lo: Bound, hi: Bound, make: impl FnOnce() -> T) -> &mut T {
+    pub(crate) fn entry(&mut self, lo: Bound, hi: Bound, make: impl FnOnce() -> T) -> &mut T {
         let key = (bound_key(&lo), bound_key(&hi));
         let i = match self.by_bounds.get(&key) {
             Some(&i) => i,
@@ -130,7 +130,7 @@ impl<T> RangeIndex<T> {
     }
 
     /// The payload for a range, if present.
-    pub fn get_mut(&mut self, lo: &Bound, hi: &Bound) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, lo: &Bound, hi: &Bound) -> Option<&mut T> {
         self.get_mut_by_key(&(bound_key(lo), bound_key(hi)))
     }
 
@@ -140,7 +140,7 @@ impl<T> RangeIndex<T> {
     }
 
     /// Drops a range and its payload.
-    pub fn remove(&mut self, lo: &Bound, hi: &Bound) {
+    pub(crate) fn remove(&mut self, lo: &Bound, hi: &Bound) {
         if let Some(i) = self.by_bounds.remove(&(bound_key(lo), bound_key(hi))) {
             self.entries[i].payload = None;
             self.live -= 1;
@@ -151,17 +151,17 @@ impl<T> RangeIndex<T> {
     }
 
     /// Whether no range is left.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.live == 0
     }
 
     /// Payloads of all ranges.
-    pub fn all(&self) -> impl Iterator<Item = &T> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &T> {
         self.entries.iter().filter_map(|e| e.payload.as_ref())
     }
 
     /// Payloads of the ranges containing `v`.
-    pub fn stab<'a>(&'a self, v: &Datum, out: &mut impl FnMut(&'a T)) {
+    pub(crate) fn stab<'a>(&'a self, v: &Datum, out: &mut impl FnMut(&'a T)) {
         let count = self
             .sorted
             .partition_point(|&i| lo_admits(&self.entries[i].lo, v));

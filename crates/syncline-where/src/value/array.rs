@@ -12,16 +12,16 @@ const DIMENSIONS_MAX: usize = 6;
 /// An array value: dimension lengths (lower bounds are always 1) and elements in row-major
 /// order. An empty array has no dimensions.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Array {
+pub(crate) struct Array {
     /// Length of each dimension.
-    pub dims: Vec<usize>,
+    pub(crate) dims: Vec<usize>,
     /// Elements, row-major.
-    pub elems: Vec<Nullable>,
+    pub(crate) elems: Vec<Nullable>,
 }
 
 impl Array {
     /// A one-dimensional array of `elems` (empty when there are none).
-    pub fn from_elems(elems: Vec<Nullable>) -> Array {
+    pub(crate) fn from_elems(elems: Vec<Nullable>) -> Array {
         let dims = if elems.is_empty() {
             Vec::new()
         } else {
@@ -31,7 +31,7 @@ impl Array {
     }
 
     /// Parses array text whose elements are of type `elem`.
-    pub fn parse(elem: &Type, text: &str) -> Result<Array, EvalError> {
+    pub(crate) fn parse(elem: &Type, text: &str) -> Result<Array, EvalError> {
         let invalid = || {
             EvalError::Other(format!(
                 "malformed array literal: \"{}\"",
@@ -68,7 +68,7 @@ impl Array {
     }
 
     /// Postgres text output.
-    pub fn to_text(&self, elem: &Type) -> String {
+    pub(crate) fn to_text(&self, elem: &Type) -> String {
         if self.elems.is_empty() {
             return "{}".into();
         }
@@ -96,9 +96,85 @@ impl Array {
         out.push('}');
     }
 
+    /// Whether the elements fill the dimensions exactly (none for an empty array).
+    fn is_consistent(&self) -> bool {
+        if self.dims.is_empty() {
+            self.elems.is_empty()
+        } else {
+            self.dims.iter().product::<usize>() == self.elems.len()
+        }
+    }
+
+    /// `array[i][j]...` as Postgres's `array_get_element` fetches it: NULL unless there is one
+    /// index per dimension, each within it (lower bounds are 1).
+    pub(crate) fn element(&self, index: &[i64]) -> Nullable {
+        debug_assert!(self.is_consistent(), "{self:?}");
+        if index.len() != self.dims.len() || index.is_empty() {
+            return None;
+        }
+        let mut offset = 0usize;
+        for (&len, &i) in self.dims.iter().zip(index) {
+            let at = usize::try_from(i.checked_sub(1)?)
+                .ok()
+                .filter(|at| *at < len)?;
+            offset = offset * len + at;
+        }
+        self.elems.get(offset).cloned().flatten()
+    }
+
+    /// `array[a:b]...` as Postgres's `array_get_slice` takes it: each bound (`None` when left
+    /// out) is clipped to its dimension, dimensions without a subscript are taken whole, an
+    /// empty range or more subscripts than dimensions give an empty array. The result's lower
+    /// bounds are 1.
+    pub(crate) fn slice(&self, bounds: &[(Option<i64>, Option<i64>)]) -> Array {
+        debug_assert!(self.is_consistent(), "{self:?}");
+        if self.dims.len() < bounds.len() || self.dims.is_empty() {
+            return Array::default();
+        }
+        let mut ranges = Vec::with_capacity(self.dims.len());
+        for (d, &len) in self.dims.iter().enumerate() {
+            let (lower, upper) = bounds.get(d).copied().unwrap_or((None, None));
+            let last = i64::try_from(len).unwrap_or(i64::MAX);
+            let lower = lower.map_or(1, |l| l.max(1));
+            let upper = upper.map_or(last, |u| u.min(last));
+            if lower > upper {
+                return Array::default();
+            }
+            let (Ok(from), Ok(to)) = (usize::try_from(lower - 1), usize::try_from(upper)) else {
+                return Array::default();
+            };
+            ranges.push(from..to);
+        }
+        let mut elems = Vec::new();
+        self.collect_range(&ranges, 0, 0, &mut elems);
+        Array {
+            dims: ranges.iter().map(ExactSizeIterator::len).collect(),
+            elems,
+        }
+    }
+
+    /// Appends, in row-major order, the elements within `ranges` from dimension `depth` on,
+    /// `offset` being the flat index of the block being walked.
+    fn collect_range(
+        &self,
+        ranges: &[std::ops::Range<usize>],
+        depth: usize,
+        offset: usize,
+        out: &mut Vec<Nullable>,
+    ) {
+        for i in ranges[depth].clone() {
+            let at = offset * self.dims[depth] + i;
+            if depth + 1 == ranges.len() {
+                out.push(self.elems[at].clone());
+            } else {
+                self.collect_range(ranges, depth + 1, at, out);
+            }
+        }
+    }
+
     /// Postgres's `array_cmp`: elements in order (NULL above values), then element count,
     /// then dimensions.
-    pub fn compare(&self, other: &Array) -> Ordering {
+    pub(crate) fn compare(&self, other: &Array) -> Ordering {
         for (a, b) in self.elems.iter().zip(&other.elems) {
             let ord = match (a, b) {
                 (None, None) => Ordering::Equal,
@@ -119,7 +195,7 @@ impl Array {
 
     /// `self @> other`: every non-NULL element of `other` equals some element of `self`; a NULL
     /// in `other` makes it false.
-    pub fn contains(&self, other: &Array) -> bool {
+    pub(crate) fn contains(&self, other: &Array) -> bool {
         other.elems.iter().all(|b| match b {
             None => false,
             Some(b) => self
@@ -131,7 +207,7 @@ impl Array {
     }
 
     /// `self && other`: some non-NULL element in both.
-    pub fn overlaps(&self, other: &Array) -> bool {
+    pub(crate) fn overlaps(&self, other: &Array) -> bool {
         self.elems.iter().flatten().any(|a| {
             other
                 .elems
@@ -290,6 +366,25 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subscripts_as_postgres() {
+        let a = Array::parse(&Type::Int4, "{{1,2},{3,4}}").unwrap();
+        let text = |a: Array| a.to_text(&Type::Int4);
+        assert_eq!(a.element(&[2, 1]), Some(Datum::Int(3)));
+        assert_eq!(a.element(&[2]), None);
+        assert_eq!(a.element(&[3, 1]), None);
+        assert_eq!(a.element(&[0, 1]), None);
+        assert_eq!(text(a.slice(&[(Some(1), Some(1))])), "{{1,2}}");
+        assert_eq!(text(a.slice(&[(None, None), (Some(2), None)])), "{{2},{4}}");
+        assert_eq!(text(a.slice(&[(Some(2), Some(1))])), "{}");
+        assert_eq!(
+            text(a.slice(&[(Some(-5), Some(9)), (Some(1), Some(9))])),
+            "{{1,2},{3,4}}"
+        );
+        assert_eq!(text(a.slice(&[(None, None); 3])), "{}");
+        assert_eq!(text(Array::default().slice(&[(None, None)])), "{}");
+    }
 
     #[test]
     fn round_trips_postgres_text() {

@@ -7,33 +7,33 @@
 use chrono::{Datelike, NaiveDate};
 
 /// Microseconds per second.
-pub const USECS_PER_SEC: i64 = 1_000_000;
+pub(crate) const USECS_PER_SEC: i64 = 1_000_000;
 /// Microseconds per day.
-pub const USECS_PER_DAY: i64 = 86_400 * USECS_PER_SEC;
+pub(crate) const USECS_PER_DAY: i64 = 86_400 * USECS_PER_SEC;
 /// Date value standing for `infinity` (also `-infinity` as `i32::MIN`).
-pub const DATE_INFINITY: i32 = i32::MAX;
+pub(crate) const DATE_INFINITY: i32 = i32::MAX;
 /// Timestamp value standing for `infinity` (also `-infinity` as `i64::MIN`).
-pub const TIMESTAMP_INFINITY: i64 = i64::MAX;
+pub(crate) const TIMESTAMP_INFINITY: i64 = i64::MAX;
 
 /// An `interval`: months, days and microseconds, kept apart as Postgres keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Interval {
+pub(crate) struct Interval {
     /// Months (a year is 12).
-    pub months: i32,
+    pub(crate) months: i32,
     /// Days.
-    pub days: i32,
+    pub(crate) days: i32,
     /// Microseconds.
-    pub micros: i64,
+    pub(crate) micros: i64,
 }
 
 impl Interval {
     /// The span Postgres compares intervals by (a month is 30 days, a day 24 hours).
-    pub fn span(&self) -> i128 {
+    pub(crate) fn span(&self) -> i128 {
         (self.months as i128 * 30 + self.days as i128) * USECS_PER_DAY as i128 + self.micros as i128
     }
 
     /// Postgres text output (`intervalstyle = postgres`).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(self) -> String {
         let mut parts = Vec::new();
         let (years, months) = (self.months / 12, self.months % 12);
         let plural =
@@ -69,7 +69,7 @@ impl Interval {
 
     /// Parses `N unit ...` with an optional `[-]HH:MM[:SS[.f]]`, as Postgres prints intervals
     /// and as they are commonly written (`'1 day'`, `'2 hours 30 minutes'`).
-    pub fn parse(text: &str) -> Option<Interval> {
+    pub(crate) fn parse(text: &str) -> Option<Interval> {
         let mut result = Interval::default();
         let tokens: Vec<&str> = text.split_ascii_whitespace().collect();
         if tokens.is_empty() {
@@ -94,7 +94,7 @@ impl Interval {
     }
 
     /// Negation; `None` on overflow.
-    pub fn neg(&self) -> Option<Interval> {
+    pub(crate) fn neg(&self) -> Option<Interval> {
         Some(Interval {
             months: self.months.checked_neg()?,
             days: self.days.checked_neg()?,
@@ -103,7 +103,7 @@ impl Interval {
     }
 
     /// Field-wise sum; `None` on overflow.
-    pub fn add(&self, o: &Interval) -> Option<Interval> {
+    pub(crate) fn add(&self, o: &Interval) -> Option<Interval> {
         Some(Interval {
             months: self.months.checked_add(o.months)?,
             days: self.days.checked_add(o.days)?,
@@ -112,7 +112,7 @@ impl Interval {
     }
 
     /// `justify_hours`: whole days out of the microseconds, signs made consistent.
-    pub fn justify_hours(&self) -> Option<Interval> {
+    pub(crate) fn justify_hours(&self) -> Option<Interval> {
         let mut days = self
             .days
             .checked_add(i32::try_from(self.micros / USECS_PER_DAY).ok()?)?;
@@ -132,7 +132,7 @@ impl Interval {
     }
 
     /// `justify_days`: whole 30-day months out of the days, signs made consistent.
-    pub fn justify_days(&self) -> Option<Interval> {
+    pub(crate) fn justify_days(&self) -> Option<Interval> {
         let mut months = self.months.checked_add(self.days / 30)?;
         let mut days = self.days % 30;
         if months > 0 && days < 0 {
@@ -150,7 +150,7 @@ impl Interval {
     }
 
     /// `justify_interval`: both of the above, signs consistent across all three fields.
-    pub fn justify_interval(&self) -> Option<Interval> {
+    pub(crate) fn justify_interval(&self) -> Option<Interval> {
         let mut months = self.months;
         let mut days = self.days;
         if (days > 0 && self.micros > 0) || (days < 0 && self.micros < 0) {
@@ -302,7 +302,7 @@ fn format_time_of_day(micros: u64, unbounded_hours: bool) -> String {
 }
 
 /// Parses `HH:MM[:SS[.f]]` as a time of day (24:00:00 allowed, as in Postgres).
-pub fn parse_time(text: &str) -> Option<i64> {
+pub(crate) fn parse_time(text: &str) -> Option<i64> {
     let t = text.trim();
     if t.starts_with(['-', '+']) {
         return None;
@@ -312,7 +312,7 @@ pub fn parse_time(text: &str) -> Option<i64> {
 }
 
 /// Text output of a time of day.
-pub fn time_to_text(micros: i64) -> String {
+pub(crate) fn time_to_text(micros: i64) -> String {
     if micros == USECS_PER_DAY {
         return "24:00:00".into();
     }
@@ -324,7 +324,7 @@ fn epoch() -> NaiveDate {
 }
 
 /// Days since 1970-01-01 of a calendar date; `None` if out of range.
-pub fn days_from_ymd(year: i32, month: u32, day: u32) -> Option<i32> {
+pub(crate) fn days_from_ymd(year: i32, month: u32, day: u32) -> Option<i32> {
     let date = NaiveDate::from_ymd_opt(year, month, day)?;
     i32::try_from((date - epoch()).num_days()).ok()
 }
@@ -334,7 +334,7 @@ fn ymd_from_days(days: i32) -> Option<NaiveDate> {
 }
 
 /// Parses `YYYY-MM-DD[ BC]`, `infinity`, `-infinity`.
-pub fn parse_date(text: &str) -> Option<i32> {
+pub(crate) fn parse_date(text: &str) -> Option<i32> {
     let t = text.trim();
     match t.to_ascii_lowercase().as_str() {
         "infinity" | "+infinity" => return Some(DATE_INFINITY),
@@ -367,7 +367,7 @@ fn date_part(body: &str, bc: bool) -> Option<i32> {
 }
 
 /// Text output of a date.
-pub fn date_to_text(days: i32) -> String {
+pub(crate) fn date_to_text(days: i32) -> String {
     match days {
         DATE_INFINITY => "infinity".into(),
         d if d == -DATE_INFINITY - 1 => "-infinity".into(),
@@ -390,7 +390,7 @@ fn format_ymd(date: NaiveDate) -> String {
 /// Parses a timestamp: `YYYY-MM-DD[( |T)HH:MM[:SS[.f]]][offset][ BC]`. With `with_zone`, an
 /// offset (`Z`, `+HH`, `+HH:MM`, `+HH:MM:SS`) is honoured and the result is UTC; without it, an
 /// offset is ignored as Postgres ignores it for `timestamp`.
-pub fn parse_timestamp(text: &str, with_zone: bool) -> Option<i64> {
+pub(crate) fn parse_timestamp(text: &str, with_zone: bool) -> Option<i64> {
     let t = text.trim();
     match t.to_ascii_lowercase().as_str() {
         "infinity" | "+infinity" => return Some(TIMESTAMP_INFINITY),
@@ -442,7 +442,7 @@ fn split_offset(rest: &str) -> Option<(&str, i64)> {
 }
 
 /// Text output of a timestamp; `with_zone` appends `+00` (the session is UTC).
-pub fn timestamp_to_text(micros: i64, with_zone: bool) -> String {
+pub(crate) fn timestamp_to_text(micros: i64, with_zone: bool) -> String {
     match micros {
         TIMESTAMP_INFINITY => return "infinity".into(),
         m if m == -TIMESTAMP_INFINITY - 1 => return "-infinity".into(),
@@ -467,7 +467,7 @@ pub fn timestamp_to_text(micros: i64, with_zone: bool) -> String {
 
 /// `timestamp + interval` (months first, clamping the day to the month's end, then days, then
 /// microseconds), as Postgres does in a UTC session; `None` when out of range.
-pub fn add_interval(ts: i64, iv: &Interval) -> Option<i64> {
+pub(crate) fn add_interval(ts: i64, iv: &Interval) -> Option<i64> {
     if ts == TIMESTAMP_INFINITY || ts == -TIMESTAMP_INFINITY - 1 {
         return Some(ts);
     }
@@ -498,16 +498,31 @@ fn last_day_of_month(year: i32, month: u32) -> Option<u32> {
     Some(next.pred_opt()?.day())
 }
 
+/// The first timestamp Postgres has, 4714-11-24 00:00:00 BC (Julian day 0).
+const TIMESTAMP_MIN: i64 = -210_866_803_200 * USECS_PER_SEC;
+/// The first date Postgres has, 4714-11-24 BC.
+const DATE_MIN: i32 = -2_440_588;
+
 /// Checks a computed timestamp is not before Postgres's first (4714-11-24 BC) and not infinity.
-pub fn valid_timestamp(micros: i64) -> Option<i64> {
-    const MIN: i64 = -210_866_803_200 * USECS_PER_SEC;
-    (MIN..TIMESTAMP_INFINITY)
+pub(crate) fn valid_timestamp(micros: i64) -> Option<i64> {
+    (TIMESTAMP_MIN..TIMESTAMP_INFINITY)
         .contains(&micros)
         .then_some(micros)
 }
 
+/// Whether a timestamp read from text is one Postgres takes: ±infinity, or not before its
+/// first.
+pub(crate) fn timestamp_in_range(micros: i64) -> bool {
+    micros == -TIMESTAMP_INFINITY - 1 || micros >= TIMESTAMP_MIN
+}
+
+/// Whether a date read from text is one Postgres takes: ±infinity, or not before its first.
+pub(crate) fn date_in_range(days: i32) -> bool {
+    days == -DATE_INFINITY - 1 || days >= DATE_MIN
+}
+
 /// `timestamp - timestamp` as Postgres returns it (days and time, justified by hours).
-pub fn timestamp_diff(a: i64, b: i64) -> Option<Interval> {
+pub(crate) fn timestamp_diff(a: i64, b: i64) -> Option<Interval> {
     let micros = a.checked_sub(b)?;
     Interval {
         months: 0,

@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 
 /// Parses float input (`1.5`, `-1e10`, `NaN`, `Infinity`, `-inf`). With `single`, the value is
 /// rounded to `float4` and must fit it.
-pub fn parse(text: &str, single: bool) -> Option<f64> {
+pub(crate) fn parse(text: &str, single: bool) -> Option<f64> {
     let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
     let special = match t.to_ascii_lowercase().as_str() {
         "nan" => Some(f64::NAN),
@@ -31,7 +31,7 @@ pub fn parse(text: &str, single: bool) -> Option<f64> {
 
 /// Shortest text that reads back to the same value, in Postgres's layout: plain notation for
 /// decimal exponents in `-4..15` (`-4..6` for `float4`), else `1.5e+20` style.
-pub fn to_text(v: f64, single: bool) -> String {
+pub(crate) fn to_text(v: f64, single: bool) -> String {
     if v.is_nan() {
         return "NaN".into();
     }
@@ -77,7 +77,7 @@ pub fn to_text(v: f64, single: bool) -> String {
 }
 
 /// Postgres's float order: NaN equals NaN and sorts above everything; -0 equals 0.
-pub fn compare(a: f64, b: f64) -> Ordering {
+pub(crate) fn compare(a: f64, b: f64) -> Ordering {
     match (a.is_nan(), b.is_nan()) {
         (true, true) => Ordering::Equal,
         (true, false) => Ordering::Greater,

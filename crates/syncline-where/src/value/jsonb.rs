@@ -1,6 +1,7 @@
 //! `jsonb`: parsing, Postgres's text output, equality, containment (`@>`), key existence (`?`)
 //! and field access (`->`, `->>`).
 
+use crate::error::EvalError;
 use std::cmp::Ordering;
 
 use super::numeric::Numeric;
@@ -11,7 +12,7 @@ const DEPTH_MAX: usize = 512;
 /// A jsonb value. Object keys are unique and sorted as Postgres stores them (shorter first,
 /// then bytewise); numbers are exact.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Jsonb {
+pub(crate) enum Jsonb {
     /// `null`.
     Null,
     /// `true` / `false`.
@@ -27,19 +28,27 @@ pub enum Jsonb {
 }
 
 impl Jsonb {
-    /// Parses JSON text; duplicate keys keep the last value, as in Postgres.
-    pub fn parse(text: &str) -> Option<Jsonb> {
+    /// Parses JSON text; duplicate keys keep the last value, as in Postgres. A `\u0000`
+    /// escape is Postgres's own error (jsonb text cannot hold NUL).
+    pub(crate) fn parse(text: &str) -> Result<Jsonb, EvalError> {
         let mut p = Parser {
             b: text.as_bytes(),
             at: 0,
+            nul_escape: false,
         };
-        let v = p.value(0)?;
+        let value = p.value(0);
         p.space();
-        (p.at == p.b.len()).then_some(v)
+        match value {
+            Some(v) if p.at == p.b.len() => Ok(v),
+            _ if p.nul_escape => Err(EvalError::Other(
+                "unsupported Unicode escape sequence".into(),
+            )),
+            _ => Err(EvalError::invalid("jsonb", text.as_bytes())),
+        }
     }
 
     /// Postgres's jsonb text output (`{"a": 1, "b": [1, 2]}`).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = String::new();
         self.write(&mut out);
         out
@@ -77,7 +86,7 @@ impl Jsonb {
     }
 
     /// Structural order used for `=` (numbers compare as numeric).
-    pub fn compare(&self, other: &Jsonb) -> Ordering {
+    pub(crate) fn compare(&self, other: &Jsonb) -> Ordering {
         match (self, other) {
             (Jsonb::Number(a), Jsonb::Number(b)) => a.cmp(b),
             (Jsonb::String(a), Jsonb::String(b)) => a.as_bytes().cmp(b.as_bytes()),
@@ -113,7 +122,7 @@ impl Jsonb {
     }
 
     /// `self @> other`.
-    pub fn contains(&self, other: &Jsonb) -> bool {
+    pub(crate) fn contains(&self, other: &Jsonb) -> bool {
         match (self, other) {
             (Jsonb::Array(items), scalar)
                 if !matches!(scalar, Jsonb::Array(_) | Jsonb::Object(_)) =>
@@ -146,7 +155,7 @@ impl Jsonb {
     }
 
     /// `self ? key`: an object key, a string element of an array, or an equal string scalar.
-    pub fn has_key(&self, key: &str) -> bool {
+    pub(crate) fn has_key(&self, key: &str) -> bool {
         match self {
             Jsonb::Object(pairs) => pairs.binary_search_by(|(k, _)| key_order(k, key)).is_ok(),
             Jsonb::Array(items) => items
@@ -158,7 +167,7 @@ impl Jsonb {
     }
 
     /// `self -> key` on an object.
-    pub fn field(&self, key: &str) -> Option<&Jsonb> {
+    pub(crate) fn field(&self, key: &str) -> Option<&Jsonb> {
         match self {
             Jsonb::Object(pairs) => pairs
                 .binary_search_by(|(k, _)| key_order(k, key))
@@ -170,7 +179,7 @@ impl Jsonb {
 
     /// `self -> index` on an array (negative counts from the end); a top-level scalar acts as a
     /// one-element array, as Postgres stores it.
-    pub fn element(&self, index: i64) -> Option<&Jsonb> {
+    pub(crate) fn element(&self, index: i64) -> Option<&Jsonb> {
         let items = match self {
             Jsonb::Array(items) => items.as_slice(),
             Jsonb::Object(_) => return None,
@@ -185,7 +194,7 @@ impl Jsonb {
     }
 
     /// What `->>` returns for this value: strings unquoted, JSON null as SQL NULL.
-    pub fn as_text(&self) -> Option<String> {
+    pub(crate) fn as_text(&self) -> Option<String> {
         match self {
             Jsonb::Null => None,
             Jsonb::String(s) => Some(s.clone()),
@@ -221,6 +230,8 @@ fn write_string(s: &str, out: &mut String) {
 struct Parser<'a> {
     b: &'a [u8],
     at: usize,
+    /// Parsing stopped at a `\u0000` escape.
+    nul_escape: bool,
 }
 
 impl Parser<'_> {
@@ -394,6 +405,7 @@ impl Parser<'_> {
             return char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
         }
         if hi == 0 {
+            self.nul_escape = true;
             return None;
         }
         char::from_u32(hi)

@@ -1,11 +1,11 @@
 //! Runtime values: decoding Postgres text into typed datums, comparing them and printing them.
 
-pub mod array;
-pub mod datetime;
-pub mod float;
-pub mod jsonb;
-pub mod numeric;
-pub mod timezone;
+pub(crate) mod array;
+pub(crate) mod datetime;
+pub(crate) mod float;
+pub(crate) mod jsonb;
+pub(crate) mod numeric;
+pub(crate) mod timezone;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use numeric::Numeric;
 
 /// A non-NULL value of one of the language's types. NULL is `Option::None` around it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Datum {
+pub(crate) enum Datum {
     /// `bool`.
     Bool(bool),
     /// `int2`, `int4`, `int8` (range checked by the operations of each type).
@@ -27,8 +27,10 @@ pub enum Datum {
     Float(f64),
     /// `numeric`.
     Numeric(Arc<Numeric>),
-    /// `text` and enum labels.
+    /// `text`, `varchar` and enum labels.
     Text(Arc<str>),
+    /// `bpchar` as stored, padded: compared without its trailing spaces.
+    Bpchar(Arc<str>),
     /// `uuid`, big-endian.
     Uuid(u128),
     /// `date`: days since 1970-01-01.
@@ -46,11 +48,11 @@ pub enum Datum {
 }
 
 /// A value that may be NULL.
-pub type Nullable = Option<Datum>;
+pub(crate) type Nullable = Option<Datum>;
 
 impl Datum {
     /// Decodes Postgres text output (or input) of `ty`.
-    pub fn parse(ty: &Type, text: &str) -> Result<Datum, EvalError> {
+    pub(crate) fn parse(ty: &Type, text: &str) -> Result<Datum, EvalError> {
         let invalid = || EvalError::invalid(ty, text.as_bytes());
         Ok(match ty {
             Type::Bool => Datum::Bool(parse_bool(text).ok_or_else(invalid)?),
@@ -72,31 +74,42 @@ impl Datum {
             Type::Numeric => Datum::Numeric(Arc::new(
                 Numeric::parse(text).ok_or_else(invalid)?.checked()?,
             )),
-            Type::Text | Type::Enum(_) => Datum::Text(Arc::from(text)),
+            Type::Text | Type::Varchar | Type::Enum(_) => Datum::Text(Arc::from(text)),
+            Type::Bpchar => Datum::Bpchar(Arc::from(text)),
             Type::Uuid => Datum::Uuid(parse_uuid(text).ok_or_else(invalid)?),
-            Type::Date => Datum::Date(datetime::parse_date(text).ok_or_else(invalid)?),
-            Type::Time => Datum::Time(datetime::parse_time(text).ok_or_else(invalid)?),
-            Type::Timestamp => {
-                Datum::Timestamp(datetime::parse_timestamp(text, false).ok_or_else(invalid)?)
+            Type::Date => {
+                let days = datetime::parse_date(text).ok_or_else(invalid)?;
+                if !datetime::date_in_range(days) {
+                    return Err(EvalError::Other(format!("date out of range: \"{text}\"")));
+                }
+                Datum::Date(days)
             }
-            Type::Timestamptz => {
-                Datum::Timestamp(datetime::parse_timestamp(text, true).ok_or_else(invalid)?)
+            Type::Time => Datum::Time(datetime::parse_time(text).ok_or_else(invalid)?),
+            Type::Timestamp | Type::Timestamptz => {
+                let micros = datetime::parse_timestamp(text, *ty == Type::Timestamptz)
+                    .ok_or_else(invalid)?;
+                if !datetime::timestamp_in_range(micros) {
+                    return Err(EvalError::Other(format!(
+                        "timestamp out of range: \"{text}\""
+                    )));
+                }
+                Datum::Timestamp(micros)
             }
             Type::Interval => Datum::Interval(Interval::parse(text).ok_or_else(invalid)?),
-            Type::Jsonb => Datum::Jsonb(Arc::new(jsonb::Jsonb::parse(text).ok_or_else(invalid)?)),
+            Type::Jsonb => Datum::Jsonb(Arc::new(jsonb::Jsonb::parse(text)?)),
             Type::Array(elem) => Datum::Array(Arc::new(Array::parse(elem, text)?)),
         })
     }
 
     /// Postgres text output of a value of type `ty`.
-    pub fn to_text(&self, ty: &Type) -> String {
+    pub(crate) fn to_text(&self, ty: &Type) -> String {
         match (self, ty) {
             (Datum::Bool(b), _) => (if *b { "true" } else { "false" }).into(),
             (Datum::Int(i), _) => i.to_string(),
             (Datum::Float(f), Type::Float4) => float::to_text(*f, true),
             (Datum::Float(f), _) => float::to_text(*f, false),
             (Datum::Numeric(n), _) => n.to_text(),
-            (Datum::Text(s), _) => s.to_string(),
+            (Datum::Text(s) | Datum::Bpchar(s), _) => s.to_string(),
             (Datum::Uuid(u), _) => format_uuid(*u),
             (Datum::Date(d), _) => datetime::date_to_text(*d),
             (Datum::Time(t), _) => datetime::time_to_text(*t),
@@ -110,13 +123,16 @@ impl Datum {
     }
 
     /// Total order of two values of the same type, as Postgres's btree opclass orders them.
-    pub fn compare(&self, other: &Datum) -> Ordering {
+    pub(crate) fn compare(&self, other: &Datum) -> Ordering {
         match (self, other) {
             (Datum::Bool(a), Datum::Bool(b)) => a.cmp(b),
             (Datum::Int(a), Datum::Int(b)) => a.cmp(b),
             (Datum::Float(a), Datum::Float(b)) => float::compare(*a, *b),
             (Datum::Numeric(a), Datum::Numeric(b)) => a.cmp(b),
             (Datum::Text(a), Datum::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+            (Datum::Bpchar(a), Datum::Bpchar(b)) => {
+                bpchar_trim(a).as_bytes().cmp(bpchar_trim(b).as_bytes())
+            }
             (Datum::Uuid(a), Datum::Uuid(b)) => a.cmp(b),
             (Datum::Date(a), Datum::Date(b)) => a.cmp(b),
             (Datum::Time(a), Datum::Time(b)) | (Datum::Timestamp(a), Datum::Timestamp(b)) => {
@@ -128,6 +144,12 @@ impl Datum {
             _ => Ordering::Equal,
         }
     }
+}
+
+/// A `bpchar` value without its trailing spaces: what its comparisons see and what a cast to
+/// text keeps.
+pub(crate) fn bpchar_trim(text: &str) -> &str {
+    text.trim_end_matches(' ')
 }
 
 fn parse_bool(text: &str) -> Option<bool> {

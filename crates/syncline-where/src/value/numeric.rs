@@ -23,7 +23,7 @@ const BASE_DIGITS: i64 = 4;
 
 /// A numeric value. Orders as Postgres does: -Infinity < finite < Infinity < NaN, NaN = NaN.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Numeric {
+pub(crate) enum Numeric {
     /// `-Infinity`.
     NegInf,
     /// A finite value with its display scale (digits after the point, never negative).
@@ -37,7 +37,7 @@ pub enum Numeric {
 impl Numeric {
     /// Parses Postgres numeric input (`12.50`, `-1e3`, `NaN`, `Infinity`), surrounding spaces
     /// allowed.
-    pub fn parse(text: &str) -> Option<Numeric> {
+    pub(crate) fn parse(text: &str) -> Option<Numeric> {
         let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
         match t.to_ascii_lowercase().as_str() {
             "nan" => return Some(Numeric::NaN),
@@ -73,7 +73,7 @@ impl Numeric {
     }
 
     /// Rejects values Postgres cannot store (`value overflows numeric format`).
-    pub fn checked(self) -> Result<Numeric, EvalError> {
+    pub(crate) fn checked(self) -> Result<Numeric, EvalError> {
         if let Numeric::Finite(v) = &self {
             let (digits, scale) = v.as_bigint_and_exponent();
             let integer_digits = digits.magnitude().to_string().len() as i64 - scale;
@@ -85,12 +85,12 @@ impl Numeric {
     }
 
     /// From an integer.
-    pub fn from_i64(v: i64) -> Numeric {
+    pub(crate) fn from_i64(v: i64) -> Numeric {
         Numeric::Finite(BigDecimal::from(v))
     }
 
     /// Postgres text output.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         match self {
             Numeric::NegInf => "-Infinity".into(),
             Numeric::PosInf => "Infinity".into(),
@@ -109,7 +109,7 @@ impl Numeric {
     }
 
     /// Negation.
-    pub fn neg(&self) -> Numeric {
+    pub(crate) fn neg(&self) -> Numeric {
         match self {
             Numeric::NegInf => Numeric::PosInf,
             Numeric::PosInf => Numeric::NegInf,
@@ -119,7 +119,7 @@ impl Numeric {
     }
 
     /// Absolute value.
-    pub fn abs(&self) -> Numeric {
+    pub(crate) fn abs(&self) -> Numeric {
         match self {
             Numeric::NegInf => Numeric::PosInf,
             Numeric::Finite(v) => Numeric::Finite(v.abs()),
@@ -141,7 +141,7 @@ impl Numeric {
     }
 
     /// Sum.
-    pub fn add(&self, other: &Numeric) -> Numeric {
+    pub(crate) fn add(&self, other: &Numeric) -> Numeric {
         match (self, other) {
             (Numeric::Finite(a), Numeric::Finite(b)) => Numeric::Finite(a + b),
             (Numeric::NaN, _) | (_, Numeric::NaN) => Numeric::NaN,
@@ -151,12 +151,12 @@ impl Numeric {
     }
 
     /// Difference.
-    pub fn sub(&self, other: &Numeric) -> Numeric {
+    pub(crate) fn sub(&self, other: &Numeric) -> Numeric {
         self.add(&other.neg())
     }
 
     /// Product.
-    pub fn mul(&self, other: &Numeric) -> Numeric {
+    pub(crate) fn mul(&self, other: &Numeric) -> Numeric {
         match (self, other) {
             (Numeric::Finite(a), Numeric::Finite(b)) => Numeric::Finite(a * b),
             (Numeric::NaN, _) | (_, Numeric::NaN) => Numeric::NaN,
@@ -169,7 +169,7 @@ impl Numeric {
     }
 
     /// Quotient, rounded to the scale Postgres's `select_div_scale` picks.
-    pub fn div(&self, other: &Numeric) -> Result<Numeric, EvalError> {
+    pub(crate) fn div(&self, other: &Numeric) -> Result<Numeric, EvalError> {
         match (self, other) {
             (Numeric::NaN, _) | (_, Numeric::NaN) => Ok(Numeric::NaN),
             (_, d) if d.sign() == 0 => Err(EvalError::DivisionByZero),
@@ -188,7 +188,7 @@ impl Numeric {
     }
 
     /// Remainder, with the sign of the dividend.
-    pub fn rem(&self, other: &Numeric) -> Result<Numeric, EvalError> {
+    pub(crate) fn rem(&self, other: &Numeric) -> Result<Numeric, EvalError> {
         match (self, other) {
             (Numeric::NaN, _) | (_, Numeric::NaN) => Ok(Numeric::NaN),
             (_, d) if d.sign() == 0 => Err(EvalError::DivisionByZero),
@@ -199,7 +199,7 @@ impl Numeric {
     }
 
     /// Rounds half away from zero to an integer, for casts to integer types.
-    pub fn round_to_i64(&self) -> Option<i64> {
+    pub(crate) fn round_to_i64(&self) -> Option<i64> {
         match self {
             Numeric::Finite(v) => {
                 let (digits, _) = v
@@ -212,7 +212,7 @@ impl Numeric {
     }
 
     /// Nearest float (for casts to float types).
-    pub fn to_f64(&self) -> f64 {
+    pub(crate) fn to_f64(&self) -> f64 {
         match self {
             Numeric::NegInf => f64::NEG_INFINITY,
             Numeric::PosInf => f64::INFINITY,

@@ -108,7 +108,14 @@ pub const COLS: &[Col] = &[
     Col {
         name: "v",
         sql_type: "varchar(20)",
-        pool: &["", "a", "abc", "zz", "ab%"],
+        pool: &[
+            "", "a", "abc", "zz", "ab%", "a\\", "%\\", "a_\\", "a  ", " a",
+        ],
+    },
+    Col {
+        name: "c",
+        sql_type: "char(4)",
+        pool: &["a", "ab", "abcd", "", " a", "a b", "A", "a%"],
     },
     Col {
         name: "b",
@@ -300,6 +307,7 @@ fn pg_type(sql_type: &str) -> PgType {
     };
     match sql_type {
         "varchar(20)" => base("varchar"),
+        "char(4)" => base("bpchar"),
         "mood" => PgType {
             oid: 0,
             name: "mood".into(),
@@ -434,7 +442,7 @@ impl Gen<'_> {
 
     fn predicate(&mut self, depth: u32) -> String {
         let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">=", "!="]);
-        match self.rng.gen_range(0..26) {
+        match self.rng.gen_range(0..34) {
             0 => format!("{} {cmp} {}", self.int(depth), self.int(depth)),
             1 => format!("{} {cmp} {}", self.num(depth), self.num(depth)),
             2 => format!("{} {cmp} {}", self.float(depth), self.float(depth)),
@@ -469,7 +477,12 @@ impl Gen<'_> {
                 let op = self.pick(&["LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE", "~~", "~~*", "!~~"]);
                 format!("{} {op} {pattern}", self.text(depth))
             }
-            9 => format!("{} LIKE 'a#%%' ESCAPE '#'", self.text(depth)),
+            9 if self.rng.gen() => format!("{} LIKE 'a#%%' ESCAPE '#'", self.text(depth)),
+            9 => format!(
+                "{} {} v",
+                self.text(depth),
+                self.pick(&["LIKE", "NOT ILIKE", "LIKE", "NOT LIKE"])
+            ),
             10 => format!("{} {cmp} {}(ai)", self.int(0), self.pick(&["ANY", "ALL"])),
             11 => format!(
                 "ai {} {}",
@@ -543,6 +556,9 @@ impl Gen<'_> {
                 self.int(0)
             ),
             23 | 24 => self.timezone(),
+            26 | 27 => self.bpchar(),
+            28..=30 => self.subscript(),
+            31 => self.in_list(),
             _ => format!(
                 "{} = {}",
                 self.pick(&[
@@ -666,14 +682,16 @@ impl Gen<'_> {
                     "{}::text",
                     self.pick(&[
                         "i4", "n", "f8", "f4", "d", "ts", "tz", "iv", "u", "b", "ai", "j", "e",
-                        "tm"
+                        "tm", "c"
                     ])
                 ),
             };
         }
         match self.rng.gen_range(0..3) {
             0 => self.lit("t"),
-            _ => self.pick(&["t", "v", "t", "j ->> 'a'", "j ->> 0"]).into(),
+            _ => self
+                .pick(&["t", "v", "t", "c", "j ->> 'a'", "j ->> 0"])
+                .into(),
         }
     }
 
@@ -738,6 +756,142 @@ impl Gen<'_> {
                 self.pick(ZONES)
             ),
         }
+    }
+
+    /// `char(n)` beside every string type: comparisons (in bpchar or text, as Postgres
+    /// resolves them), casts, concatenation, LIKE on the padded value, IN lists mixing
+    /// constants and columns, common types.
+    fn bpchar(&mut self) -> String {
+        let cmp = self.pick(&["=", "<>", "<", "<=", ">", ">="]);
+        match self.rng.gen_range(0..3) {
+            0 => format!(
+                "{} {cmp} {}",
+                self.pick(&[
+                    "c",
+                    "c",
+                    "c::text",
+                    "lower(c)",
+                    "c || 'x'",
+                    "COALESCE(c, t)",
+                    "COALESCE(t, c)",
+                    "GREATEST(c, v)",
+                    "LEAST(v, c)",
+                    "concat(c, '|')",
+                    "c::varchar",
+                    "'ab  '::bpchar",
+                    "(c || c)",
+                ]),
+                self.pick(&[
+                    "'a'",
+                    "'a  '",
+                    "t",
+                    "v",
+                    "c",
+                    "'ab'::text",
+                    "'a '::varchar",
+                    "''",
+                    "' a'",
+                    "'a b  '::bpchar",
+                ])
+            ),
+            1 => self
+                .pick(&[
+                    "c LIKE 'a%'",
+                    "c NOT LIKE '% '",
+                    "c LIKE 'a_  '",
+                    "c ILIKE 'A_%'",
+                    "c LIKE t",
+                    "t LIKE c",
+                    "c LIKE v",
+                    "like(c, 'a')",
+                    "c ~~ 'a b%'",
+                ])
+                .into(),
+            _ => self
+                .pick(&[
+                    "c IN ('a', 'ab  ', t)",
+                    "c IN ('a', v)",
+                    "c IN (t, v)",
+                    "c NOT IN ('a', 'ab')",
+                    "c NOT IN ('a', t, v)",
+                    "c = ANY(at)",
+                    "c = ANY(ARRAY['a', 'ab '])",
+                    "c IS DISTINCT FROM v",
+                    "c IS NOT DISTINCT FROM t",
+                    "t IN (c, 'a ')",
+                    "c BETWEEN 'a' AND t",
+                ])
+                .into(),
+        }
+    }
+
+    /// Array subscripts and slices: in and out of range, NULL, numeric and column subscripts,
+    /// several dimensions, slices with bounds left out.
+    fn subscript(&mut self) -> String {
+        let index = |g: &mut Self| {
+            g.pick(&[
+                "1",
+                "2",
+                "0",
+                "3",
+                "-1",
+                "i2",
+                "NULL",
+                "1.5",
+                "'2'",
+                "2147483647",
+                "i4",
+                "2.5",
+            ])
+        };
+        let bound = |g: &mut Self| g.pick(&["", "1", "2", "0", "i2", "NULL", "3", "-5"]);
+        let cmp = self.pick(&["=", "<>", "<", ">="]);
+        match self.rng.gen_range(0..6) {
+            0 => format!("ai[{}] {cmp} {}", index(self), self.int(0)),
+            1 => format!("ai[{}][{}] {cmp} {}", index(self), index(self), self.int(0)),
+            2 => format!(
+                "ai[{}:{}] {} {}",
+                bound(self),
+                bound(self),
+                self.pick(&["=", "<>", "<", "@>"]),
+                self.pick(&["'{1,2}'", "'{}'", "'{{1,2}}'", "'{{1},{3}}'", "ai"])
+            ),
+            3 => format!(
+                "at[{}] {cmp} {}",
+                index(self),
+                self.pick(&["'a'", "t", "''"])
+            ),
+            4 => {
+                let (array, int) = (
+                    self.pick(&["ai[1:2][1]", "ai[:1][2:]", "ai[i2:i2 + 1]", "ai[2:][:1]"]),
+                    self.pick(&["array_ndims(ai[1:1])", "(ARRAY[1, 2, 3])[i2]", "ai[i2][i2]"]),
+                );
+                match self.rng.gen_range(0..2) {
+                    0 => format!(
+                        "{array} {cmp} {}",
+                        self.pick(&["'{{1},{3}}'", "'{{2}}'", "'{1}'", "'{}'", "ai"])
+                    ),
+                    _ => format!("{int} {cmp} {}", self.int(0)),
+                }
+            }
+            _ => format!("ai[{}] IS {}NULL", index(self), self.pick(&["", "NOT "])),
+        }
+    }
+
+    /// IN lists mixing columns and constants, which Postgres types item by item.
+    fn in_list(&mut self) -> String {
+        self.pick(&[
+            "i4 IN (i2, 7, NULL)",
+            "n IN (f4, 1)",
+            "f4 IN (n, 0.1)",
+            "t IN (v, 'a', 'b')",
+            "i8 NOT IN (i4, 1, 2)",
+            "f8 IN (1.5, f4, '0.1')",
+            "i2 IN (1, 300, i4)",
+            "f4 IN (0.1, 1.5)",
+            "i4 IN (1.5, 2)",
+        ])
+        .into()
     }
 
     fn json(&mut self) -> String {

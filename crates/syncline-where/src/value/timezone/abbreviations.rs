@@ -4,7 +4,7 @@
 
 /// What an abbreviation stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Abbrev {
+pub(crate) enum Abbrev {
     /// A fixed offset, seconds east of Greenwich.
     Fixed(i32),
     /// An offset that changed over time: taken from this IANA zone's history.
@@ -12,7 +12,7 @@ pub enum Abbrev {
 }
 
 /// The abbreviation `lower` (lower case) as Postgres's table holds it, if Postgres knows it.
-pub fn find(lower: &str) -> Option<(&'static str, Abbrev)> {
+pub(crate) fn find(lower: &str) -> Option<(&'static str, Abbrev)> {
     ABBREVIATIONS
         .binary_search_by(|(name, _)| name.cmp(&lower))
         .ok()

@@ -25,7 +25,7 @@ const POSTGRES_EPOCH_SECS: i64 = 946_684_800;
 
 /// The zone argument of `timezone()`.
 #[derive(Debug, Clone, Copy)]
-pub enum ZoneArg<'a> {
+pub(crate) enum ZoneArg<'a> {
     /// `text`: an abbreviation, an IANA name or a POSIX spec.
     Name(&'a str),
     /// `interval`: an offset east of Greenwich.
@@ -36,7 +36,7 @@ pub enum ZoneArg<'a> {
 /// result the instant (timestamp → timestamptz); otherwise `ts` is an instant and the result
 /// the zone's local time then (timestamptz → timestamp). Infinities pass through before the
 /// zone is looked at, as in Postgres.
-pub fn timezone(zone: ZoneArg, ts: i64, to_utc: bool) -> Result<i64, EvalError> {
+pub(crate) fn timezone(zone: ZoneArg, ts: i64, to_utc: bool) -> Result<i64, EvalError> {
     if ts == TIMESTAMP_INFINITY || ts == -TIMESTAMP_INFINITY - 1 {
         return Ok(ts);
     }
