@@ -26,8 +26,9 @@ pub struct Config {
     #[arg(long, env = "SYNCLINE_LISTEN_ADDRESS", default_value = "0.0.0.0")]
     pub listen_address: IpAddr,
 
-    /// Secret that every /v1/shape request must carry as `secret=` (or `api_secret=`).
-    /// Required unless --insecure.
+    /// Secret that every /v1/shape request (and /metrics on the main port) must carry as
+    /// `secret=` (or `api_secret=`). Required unless --insecure; not empty; not together with
+    /// --insecure.
     #[arg(long, env = "ELECTRIC_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
 
@@ -87,10 +88,34 @@ pub struct Config {
     #[arg(long, env = "ELECTRIC_MAX_CONCURRENT_REQUESTS", default_value_t = ConcurrencyLimits::default())]
     pub max_concurrent_requests: ConcurrencyLimits,
 
-    /// Serve Prometheus metrics at /metrics on this port only; unset, /metrics is served on the
-    /// main port.
+    /// Serve Prometheus metrics at /metrics on this port only, without the secret (keep the port
+    /// private); unset, /metrics is served on the main port and needs the secret like
+    /// /v1/shape.
     #[arg(long, env = "ELECTRIC_PROMETHEUS_PORT")]
     pub prometheus_port: Option<u16>,
+
+    /// Connections served at once; past it, a small reserve of connections is kept for
+    /// /v1/health and /metrics and the rest are closed on accept. Default: three quarters of
+    /// the open-files limit.
+    #[arg(long, env = "SYNCLINE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
+    /// How long a connection may take to send a request head, also while idle between
+    /// requests, before it is closed (e.g. `60s`, `500ms`, `2m`; a bare number is
+    /// milliseconds).
+    #[arg(long, env = "SYNCLINE_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
+
+    /// How long a response may wait for the client to read before the connection is closed
+    /// (same format).
+    #[arg(long, env = "ELECTRIC_TCP_SEND_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub tcp_send_timeout: Duration,
+
+    /// Shape logs kept open at once; past it the least recently used idle ones are closed
+    /// (an idle shape then holds no file descriptors). Default: a sixteenth of the open-files
+    /// limit, at least 16.
+    #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]
+    pub open_logs_max: Option<usize>,
 
     /// Log format: `text` or `json`.
     #[arg(long, env = "SYNCLINE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
@@ -115,6 +140,12 @@ impl Config {
 
     /// Checks combinations clap cannot.
     pub fn validate(&self) -> Result<(), String> {
+        if self.secret.as_deref().is_some_and(str::is_empty) {
+            return Err("ELECTRIC_SECRET (--secret) is empty: set a secret, or ELECTRIC_INSECURE=true (--insecure) to serve without one".into());
+        }
+        if self.secret.is_some() && self.insecure {
+            return Err("ELECTRIC_SECRET (--secret) and ELECTRIC_INSECURE=true (--insecure) cannot both be set: choose one".into());
+        }
         if self.secret.is_none() && !self.insecure {
             return Err(
                 "set ELECTRIC_SECRET (--secret), or ELECTRIC_INSECURE=true (--insecure) to serve without one"
@@ -140,6 +171,32 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A duration as Electric writes them: a number with `ms`, `s`, `m` or `h`, or a bare number
+/// of milliseconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 500ms, 2m)"))?;
+    let ms = match unit.trim() {
+        "" | "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
+            ))
+        }
+    };
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// `ELECTRIC_MAX_CONCURRENT_REQUESTS`: `{"initial":300,"existing":10000}`.
@@ -177,5 +234,22 @@ impl std::fmt::Display for ConcurrencyLimits {
             r#"{{"initial":{},"existing":{}}}"#,
             self.initial, self.existing
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_electric_writes_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("5 days").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
     }
 }

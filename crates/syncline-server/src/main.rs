@@ -1,5 +1,7 @@
 //! `syncline`: the server binary.
 
+use std::io::IsTerminal;
+
 use clap::{Parser, Subcommand};
 use syncline_server::config::Config;
 use tracing_subscriber::EnvFilter;
@@ -10,7 +12,7 @@ use tracing_subscriber::EnvFilter;
 /// the matching rows, follows logical replication, and serves each shape's log by offset, live.
 /// `@electric-sql/client` works against it unchanged.
 #[derive(Parser)]
-#[command(version)]
+#[command(name = "syncline", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,10 +29,12 @@ enum Command {
 const SERVE_AFTER_HELP: &str = "\
 Endpoints:
   GET|HEAD|POST|DELETE|OPTIONS /v1/shape   Electric's shape API
-  GET /v1/health                           {\"status\":\"active\"|\"waiting\"|\"starting\"}
-  GET /metrics                             Prometheus metrics (or on --prometheus-port)
+  GET /v1/health                           {\"status\":\"active\"|\"waiting\"|\"starting\"|\"degraded\"}
+  GET /metrics                             Prometheus metrics: on the main port with the
+                                           secret, or on --prometheus-port without it
 
-Logging: RUST_LOG, else ELECTRIC_LOG_LEVEL, sets the level (default info), e.g.
+Logging: to stderr, coloured only on a terminal. RUST_LOG, else ELECTRIC_LOG_LEVEL, sets the
+level (default info); debug adds a line per request. E.g.
   RUST_LOG=info,syncline_server=debug
 
 Example:
@@ -49,25 +53,50 @@ async fn main() {
     let level = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("ELECTRIC_LOG_LEVEL"))
         .unwrap_or_else(|_| "info".into());
-    let filter = EnvFilter::try_new(&level).unwrap_or_else(|e| {
-        eprintln!("syncline: log level {level:?}: {e}; using info");
-        EnvFilter::new("info")
-    });
+    let (filter, filter_error) = match EnvFilter::try_new(&level) {
+        Ok(filter) => (filter, None),
+        Err(e) => (EnvFilter::new("info"), Some(e)),
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if config.log_format == "json" {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
+        logs.json().init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        logs.init();
     }
+    if let Some(e) = filter_error {
+        tracing::warn!(level, error = %e, "invalid log level; using info");
+    }
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "syncline starting");
     raise_open_files_limit();
     match syncline_server::startup::start(config).await {
-        Ok(_server) => std::future::pending::<()>().await,
+        Ok(server) => {
+            let signal = shutdown_signal().await;
+            tracing::info!(signal, "shutting down");
+            server.state.shapes.close_writers();
+        }
         Err(e) => {
-            eprintln!("syncline: {e}");
+            tracing::error!(error = %e, "syncline could not start");
             std::process::exit(1);
         }
+    }
+}
+
+/// Waits for SIGTERM or SIGINT and names it.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop the server with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     }
 }
 

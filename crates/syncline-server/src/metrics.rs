@@ -27,6 +27,13 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// Labels of the health gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    /// `starting`, `waiting`, `active` or `degraded`.
+    pub status: &'static str,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -38,6 +45,12 @@ pub struct Metrics {
     pub admission_in_flight: Family<KindLabels, Gauge>,
     /// Live shapes.
     pub shapes: Gauge,
+    /// Responses sent gzipped.
+    pub gzip_responses: Counter,
+    /// gzipped responses served from the kept compressed chunks.
+    pub gzip_cache_hits: Counter,
+    /// 1 for the status `/v1/health` reports, 0 for the others.
+    pub health: Family<StatusLabels, Gauge>,
     /// Replicated transactions processed.
     pub transactions: Counter,
     /// Row changes decoded from replication.
@@ -70,6 +83,9 @@ impl Default for Metrics {
             admission_rejected: Family::default(),
             admission_in_flight: Family::default(),
             shapes: Gauge::default(),
+            gzip_responses: Counter::default(),
+            gzip_cache_hits: Counter::default(),
+            health: Family::default(),
             transactions: Counter::default(),
             changes: Counter::default(),
             shape_messages: Counter::default(),
@@ -106,6 +122,21 @@ impl Metrics {
             self.admission_in_flight.clone(),
         );
         r.register("shapes", "Live shapes", self.shapes.clone());
+        r.register(
+            "gzip_responses",
+            "Responses sent gzipped",
+            self.gzip_responses.clone(),
+        );
+        r.register(
+            "gzip_cache_hits",
+            "gzipped responses served from kept compressed chunks",
+            self.gzip_cache_hits.clone(),
+        );
+        r.register(
+            "health",
+            "1 for the status /v1/health reports (starting, waiting, active, degraded)",
+            self.health.clone(),
+        );
         r.register(
             "replication_transactions",
             "Replicated transactions processed",

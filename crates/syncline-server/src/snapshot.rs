@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
-use syncline_core::{LogOffset, PgSnapshot};
+use syncline_core::{wire, LogOffset};
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
-use syncline_pg::PgError;
+use syncline_pg::{ErrorKind, PgError};
 use syncline_storage::{Message, Operation, StorageError};
 use tokio::sync::mpsc;
 
-use crate::pipeline::Command;
-use crate::shape::{LogMode, Shape, ShapeMeta, SharedWriter};
-use crate::state::AppState;
+use crate::metrics::Metrics;
+use crate::postgres::Postgres;
+use crate::shapes::{Blame, Failure, LogMode, Shape, Shapes, StepError};
 
 /// JSON bytes buffered before they are appended to the log.
 const APPEND_BATCH_BYTES: usize = 1 << 20;
@@ -33,29 +33,33 @@ enum SnapshotError {
     Removed,
 }
 
-/// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
-/// waiting requests learn why.
-pub async fn run(state: Arc<AppState>, shape: Arc<Shape>) {
-    let metrics = &state.metrics;
-    metrics.snapshots_waiting.inc();
-    let permit = state.snapshot_permit().await;
-    metrics.snapshots_waiting.dec();
-    let result = match permit {
-        Ok(_permit) => {
-            metrics.snapshots_running.inc();
-            let result = take(&state, &shape).await;
-            metrics.snapshots_running.dec();
-            result
+impl SnapshotError {
+    /// The failure waiting requests are told of.
+    fn failure(&self) -> Failure {
+        let blame = match self {
+            SnapshotError::Postgres(e) => match e.kind() {
+                ErrorKind::InvalidRequest => Blame::Request,
+                ErrorKind::Permission | ErrorKind::UndefinedObject => Blame::Table,
+                _ => Blame::Server,
+            },
+            _ => Blame::Server,
+        };
+        let message = match self {
+            SnapshotError::Postgres(e) => e
+                .server_message()
+                .map_or_else(|| e.to_string(), str::to_owned),
+            e => e.to_string(),
+        };
+        Failure { message, blame }
+    }
+}
+
+impl From<StepError> for SnapshotError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Io(e) => SnapshotError::Io(e),
+            StepError::Removed => SnapshotError::Removed,
         }
-        Err(_) => Err(SnapshotError::Removed),
-    };
-    if let Err(e) = result {
-        if shape.state().gone {
-            return;
-        }
-        tracing::warn!(handle = %shape.handle, error = %e, "snapshot failed");
-        shape.update(|s| s.failed = Some(e.to_string()));
-        state.delete_shape(&shape).await;
     }
 }
 
@@ -89,113 +93,126 @@ impl Batch {
     }
 }
 
-async fn take(state: &Arc<AppState>, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
-    let writer = &shape.writer;
-    let definition = &shape.definition;
-    let mut conn = state.query_connection("syncline-snapshot").await?;
-    let where_sql = match definition.log {
-        LogMode::ChangesOnly => Some("false".to_owned()),
-        LogMode::Full => definition.where_sql.clone(),
-    };
-    let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?;
-    let mut snapshot = Snapshot::begin(&mut conn, &query).await?;
-    let visibility = snapshot.info().pg_snapshot.clone();
-    tokio::task::block_in_place(|| {
-        state.meta.save(&ShapeMeta {
-            handle: shape.handle.clone(),
-            definition: definition.clone(),
-            relation: Some(shape.relation.clone()),
-            snapshot: Some(visibility.to_string()),
-            snapshot_complete: false,
-        })
-    })?;
-    let started = Command::SnapshotStarted {
-        handle: shape.handle.clone(),
-        visibility: visibility.clone(),
-    };
-    state
-        .commands
-        .send(started)
-        .await
-        .map_err(|_| SnapshotError::Removed)?;
+/// What a snapshot needs.
+#[derive(Clone)]
+pub struct Snapshotter {
+    /// The shapes, told of each step.
+    pub shapes: Arc<Shapes>,
+    /// Query connections.
+    pub postgres: Arc<Postgres>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
 
-    // Rows are encoded here while a blocking thread appends the previous batches to the log.
-    let (to_log, batches) = mpsc::channel(BATCHES_QUEUED_MAX);
-    let log_writer = tokio::task::spawn_blocking({
-        let shape = shape.clone();
-        move || append_batches(&shape, batches)
-    });
-    let mut encoder = RowEncoder::for_query(&query);
-    let mut batch = Batch::default();
-    let mut rows: u64 = 0;
-    let mut unpublished = 0;
-    loop {
-        let more = snapshot
-            .next_chunk(&mut |row| {
-                let start = batch.json.len();
-                batch.json.push(b',');
-                let key = encoder.encode(&row, &mut batch.json)?;
-                batch.keys.extend_from_slice(key);
-                batch
-                    .entries
-                    .push((LogOffset::new(0, rows), batch.keys.len(), batch.json.len()));
-                unpublished += batch.json.len() - start;
-                rows += 1;
-                Ok(())
-            })
-            .await?;
-        if shape.state().gone {
-            return Err(SnapshotError::Removed);
-        }
-        if batch.json.len() >= APPEND_BATCH_BYTES || !more {
-            batch.publish = unpublished >= PUBLISH_BATCH_BYTES;
-            if batch.publish {
-                unpublished = 0;
+/// Takes the snapshot of every shape queued on `queue` (at most `ELECTRIC_DB_POOL_SIZE` at
+/// once), until the queue closes.
+pub async fn run_queue(snapshotter: Snapshotter, mut queue: mpsc::UnboundedReceiver<Arc<Shape>>) {
+    while let Some(shape) = queue.recv().await {
+        tokio::spawn(snapshotter.clone().run(shape));
+    }
+}
+
+impl Snapshotter {
+    /// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
+    /// waiting requests learn why.
+    async fn run(self, shape: Arc<Shape>) {
+        let metrics = &self.metrics;
+        metrics.snapshots_waiting.inc();
+        let permit = self.postgres.query_permit().await;
+        metrics.snapshots_waiting.dec();
+        let result = match permit {
+            Ok(_permit) => {
+                metrics.snapshots_running.inc();
+                let result = self.take(&shape).await;
+                metrics.snapshots_running.dec();
+                result
             }
-            if to_log.send(std::mem::take(&mut batch)).await.is_err() {
+            Err(_) => Err(SnapshotError::Removed),
+        };
+        if let Err(e) = result {
+            self.shapes.snapshot_failed(&shape, e.failure()).await;
+        }
+    }
+
+    async fn take(&self, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
+        let definition = &shape.definition;
+        let mut conn = self.postgres.query_connection("syncline-snapshot").await?;
+        let where_sql = match definition.log {
+            LogMode::ChangesOnly => Some("false".to_owned()),
+            LogMode::Full => definition.where_sql.clone(),
+        };
+        let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?;
+        let mut snapshot = Snapshot::begin(&mut conn, &query).await?;
+        let visibility = snapshot.info().pg_snapshot.clone();
+        self.shapes.snapshot_started(shape, &visibility).await?;
+
+        // Rows are encoded here while a blocking thread appends the previous batches to the log.
+        let (to_log, batches) = mpsc::channel(BATCHES_QUEUED_MAX);
+        let log_writer = tokio::task::spawn_blocking({
+            let shape = shape.clone();
+            move || append_batches(&shape, batches)
+        });
+        let mut encoder = RowEncoder::for_query(&query);
+        let mut batch = Batch::default();
+        let mut rows: u64 = 0;
+        let mut unpublished = 0;
+        loop {
+            let more = snapshot
+                .next_chunk(&mut |row| {
+                    let start = batch.json.len();
+                    batch.json.push(b',');
+                    let key = encoder.encode(&row, &mut batch.json)?;
+                    batch.keys.extend_from_slice(key);
+                    batch.entries.push((
+                        LogOffset::new(0, rows),
+                        batch.keys.len(),
+                        batch.json.len(),
+                    ));
+                    unpublished += batch.json.len() - start;
+                    rows += 1;
+                    Ok(())
+                })
+                .await?;
+            if shape.state().gone {
+                return Err(SnapshotError::Removed);
+            }
+            if batch.json.len() >= APPEND_BATCH_BYTES || !more {
+                batch.publish = unpublished >= PUBLISH_BATCH_BYTES;
+                if batch.publish {
+                    unpublished = 0;
+                }
+                if to_log.send(std::mem::take(&mut batch)).await.is_err() {
+                    break;
+                }
+            }
+            if !more {
                 break;
             }
         }
-        if !more {
-            break;
-        }
-    }
-    drop(to_log);
-    log_writer
-        .await
-        .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
-    drop(snapshot);
-    drop(conn);
-    let end = snapshot_end(&visibility);
-    tokio::task::block_in_place(|| -> Result<(), SnapshotError> {
-        with_writer(writer, |w| {
-            w.append(&[Message {
-                offset: LogOffset::new(0, rows),
-                key: b"",
-                op: Operation::Insert,
-                json: &end,
-            }])?;
-            w.complete_snapshot()?;
-            w.flush()
+        drop(to_log);
+        log_writer
+            .await
+            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
+        drop(snapshot);
+        drop(conn);
+        let mut end = vec![wire::STORED_SEPARATOR];
+        end.extend_from_slice(&wire::snapshot_end(&visibility));
+        tokio::task::block_in_place(|| {
+            with_writer(shape, |w| {
+                w.complete_snapshot(&Message {
+                    offset: LogOffset::new(0, rows),
+                    key: b"",
+                    op: Operation::Insert,
+                    json: &end,
+                })?;
+                w.flush()
+            })
         })?;
-        state.meta.save(&ShapeMeta {
-            handle: shape.handle.clone(),
-            definition: definition.clone(),
-            relation: Some(shape.relation.clone()),
-            snapshot: Some(visibility.to_string()),
-            snapshot_complete: true,
-        })?;
+        tracing::info!(handle = %shape.handle, rows, "snapshot written");
+        self.metrics.snapshot_rows.inc_by(rows);
+        self.shapes.snapshot_complete(shape, &visibility).await?;
         Ok(())
-    })?;
-    tracing::info!(handle = %shape.handle, rows, "snapshot written");
-    state.metrics.snapshot_rows.inc_by(rows);
-    state
-        .commands
-        .send(Command::SnapshotDone {
-            handle: shape.handle.clone(),
-        })
-        .await
-        .map_err(|_| SnapshotError::Removed)
+    }
 }
 
 /// Appends batches to the shape's log as they come; publishes the snapshot so far (commit
@@ -205,9 +222,9 @@ fn append_batches(shape: &Shape, mut batches: mpsc::Receiver<Batch>) -> Result<(
         if batch.entries.is_empty() {
             continue;
         }
-        with_writer(&shape.writer, |w| w.append(&batch.messages()))?;
+        with_writer(shape, |w| w.append(&batch.messages()))?;
         if batch.publish {
-            let durable = with_writer(&shape.writer, |w| {
+            let durable = with_writer(shape, |w| {
                 w.commit()?;
                 w.flush()
             })?;
@@ -221,22 +238,10 @@ fn append_batches(shape: &Shape, mut batches: mpsc::Receiver<Batch>) -> Result<(
 }
 
 fn with_writer<T>(
-    writer: &SharedWriter,
+    shape: &Shape,
     f: impl FnOnce(&mut syncline_storage::Writer) -> syncline_storage::Result<T>,
 ) -> Result<T, SnapshotError> {
-    let mut guard = writer.lock();
+    let mut guard = shape.writer.lock();
     let w = guard.opened().ok_or(SnapshotError::Removed)?;
     Ok(f(w)?)
-}
-
-/// The `snapshot-end` control message (with the leading separator every stored message has).
-pub fn snapshot_end(visibility: &PgSnapshot) -> Vec<u8> {
-    let xip: Vec<String> = visibility.xip.iter().map(|x| format!("\"{x}\"")).collect();
-    format!(
-        ",{{\"headers\":{{\"control\":\"snapshot-end\",\"xmin\":\"{}\",\"xmax\":\"{}\",\"xip_list\":[{}]}}}}",
-        visibility.xmin,
-        visibility.xmax,
-        xip.join(",")
-    )
-    .into_bytes()
 }

@@ -703,3 +703,93 @@ async fn compaction_merges_updates_and_every_reader_ends_at_the_same_state() {
         "a client resuming from before compaction"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_chunks_are_served_at_electrics_offsets() {
+    let f = fixture("CREATE TABLE one (id int PRIMARY KEY); INSERT INTO one VALUES (1);").await;
+    let first = f.get("table=one&offset=-1").await;
+    assert_eq!(first.header("electric-offset"), Some("0_0"));
+    assert_eq!(first.controls(), ["snapshot-end"]);
+    assert!(first.header("electric-up-to-date").is_none());
+    let handle = first.header("electric-handle").unwrap().to_owned();
+    let etag = first.header("etag").unwrap().to_owned();
+    let next = f
+        .get(&format!("table=one&offset=0_0&handle={handle}"))
+        .await;
+    assert_eq!(next.status, 200, "{}", next.body);
+    assert_eq!(next.header("electric-offset"), Some("0_inf"));
+    assert_eq!(next.controls(), ["up-to-date"]);
+
+    // Later changes never join the `-1` response: its bytes and etag stay the same.
+    f.db.batch_execute("INSERT INTO one VALUES (2), (3)")
+        .await
+        .unwrap();
+    let live = f
+        .get(&format!("table=one&offset=0_inf&handle={handle}&live"))
+        .await;
+    assert_eq!(live.changes().len(), 2, "{}", live.body);
+    let again = f.get("table=one&offset=-1").await;
+    assert_eq!(again.header("etag"), Some(etag.as_str()));
+    assert_eq!(again.body, first.body);
+    let after = f
+        .get(&format!("table=one&offset=0_0&handle={handle}"))
+        .await;
+    assert_eq!(after.changes().len(), 2, "the log follows the snapshot");
+    assert_eq!(after.controls(), ["up-to-date"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_log_chunks_are_cut_at_the_threshold() {
+    let f = fixture(
+        "CREATE TABLE big (id int PRIMARY KEY, pad text);
+         INSERT INTO big SELECT g, repeat('x', 80) FROM generate_series(1, 1000) g;",
+    )
+    .await;
+    let mut reply = f.get("table=big&offset=-1").await;
+    let handle = reply.header("electric-handle").unwrap().to_owned();
+    let mut sizes = Vec::new();
+    let mut offsets = Vec::new();
+    loop {
+        offsets.push(reply.header("electric-offset").unwrap().to_owned());
+        if reply.controls().contains(&"snapshot-end") {
+            break;
+        }
+        sizes.push(reply.len);
+        reply = f
+            .get(&format!(
+                "table=big&offset={}&handle={handle}",
+                offsets.last().unwrap()
+            ))
+            .await;
+    }
+    let expected: Vec<String> = (0..offsets.len()).map(|k| format!("0_{k}")).collect();
+    assert_eq!(offsets, expected, "snapshot chunk k ends at 0_k");
+    assert!(sizes.len() > 5);
+    for size in &sizes {
+        assert!(
+            (10_000..12_000).contains(size),
+            "chunk of {size} bytes: {sizes:?}"
+        );
+    }
+    // The changes start a chunk of their own: the first catch-up is a full chunk too.
+    f.db.batch_execute("UPDATE big SET pad = repeat('y', 80)")
+        .await
+        .unwrap();
+    let mut offset = offsets.last().unwrap().clone();
+    let mut log_sizes = Vec::new();
+    while log_sizes.len() < 3 {
+        let r = f
+            .get(&format!("table=big&offset={offset}&handle={handle}&live"))
+            .await;
+        offset = r.header("electric-offset").unwrap().to_owned();
+        if r.header("electric-up-to-date").is_none() {
+            log_sizes.push(r.len);
+        }
+    }
+    for size in &log_sizes {
+        assert!(
+            (10_000..12_000).contains(size),
+            "log chunk of {size} bytes: {log_sizes:?}"
+        );
+    }
+}

@@ -3,13 +3,18 @@
 
 use std::io;
 
+use std::os::unix::fs::FileExt;
+
 use axum::body::Body;
 use bytes::Bytes;
-use futures_util::stream;
+use futures_util::stream::{self, Stream, StreamExt};
+use syncline_core::wire;
 use syncline_storage::FileRange;
 
 /// Ranges up to this size are read into memory; larger ones are memory-mapped.
 const READ_RANGE_BYTES_MAX: u64 = 256 * 1024;
+/// Most bytes of a response body read at once: what a client that stops reading holds.
+const WINDOW_BYTES: u64 = READ_RANGE_BYTES_MAX;
 
 /// The bytes of a log range: read when small, memory-mapped when large.
 pub fn range_bytes(range: &FileRange) -> io::Result<Bytes> {
@@ -18,13 +23,14 @@ pub fn range_bytes(range: &FileRange) -> io::Result<Bytes> {
     }
     let page = page_size();
     let aligned = range.start - range.start % page;
-    let lead = (range.start - aligned) as usize;
+    let lead = usize::try_from(range.start - aligned).expect("less than a page");
+    let len = usize::try_from(range.len).map_err(io::Error::other)?;
     // SAFETY: closed chunks are immutable and the open chunk is only appended to past the
     // range, so the mapped bytes never change while mapped; unlinked files stay mapped.
     let map = unsafe {
         memmap2::MmapOptions::new()
             .offset(aligned)
-            .len(lead + range.len as usize)
+            .len(lead + len)
             .map(&*range.file)?
     };
     Ok(Bytes::from_owner(map).slice(lead..))
@@ -36,39 +42,78 @@ fn page_size() -> u64 {
     u64::try_from(size).unwrap_or(4096)
 }
 
-/// `[` + stored messages (each stored with a leading `,`) + an optional control message + `]`.
-pub fn log_array(messages: Option<Bytes>, control: Option<String>) -> (Body, usize) {
-    let mut parts: Vec<Bytes> = Vec::with_capacity(3);
-    let mut has_messages = false;
-    match messages {
-        Some(m) if m.len() > 1 => {
-            parts.push(Bytes::from_static(b"["));
-            parts.push(m.slice(1..));
-            has_messages = true;
+/// `[` + stored messages (a log range, each message stored with a leading `,`) + an optional
+/// control message + `]`. The range is read (or mapped) a window at a time as the client
+/// takes it, so a client that stops reading holds at most one window.
+pub fn log_array(messages: Option<FileRange>, control: Option<&[u8]>) -> io::Result<Body> {
+    let has_messages = messages.as_ref().is_some_and(|m| m.len > 1);
+    let middle = match messages.filter(|_| has_messages) {
+        Some(range) => {
+            let mut first = [0u8; 1];
+            range.file.read_exact_at(&mut first, range.start)?;
+            assert_eq!(
+                first[0],
+                wire::STORED_SEPARATOR,
+                "stored messages start with a separator"
+            );
+            Some(windows(FileRange {
+                start: range.start + 1,
+                len: range.len - 1,
+                ..range
+            }))
         }
-        _ => parts.push(Bytes::from_static(b"[")),
-    }
-    let mut close = String::new();
-    if let Some(control) = control {
-        if has_messages {
-            close.push(',');
-        }
-        close.push_str(&control);
-    }
-    close.push(']');
-    parts.push(Bytes::from(close));
-    let len = parts.iter().map(Bytes::len).sum();
-    let body = Body::from_stream(stream::iter(
-        parts.into_iter().map(Ok::<_, std::convert::Infallible>),
-    ));
-    (body, len)
+        None => None,
+    };
+    let end = Bytes::from(wire::array_end(has_messages, control));
+    let head = stream::iter([Ok(Bytes::from_static(b"["))]);
+    let tail = stream::iter([Ok(end)]);
+    Ok(match middle {
+        Some(middle) => Body::from_stream(head.chain(middle).chain(tail)),
+        None => Body::from_stream(head.chain(tail)),
+    })
 }
 
-/// The `up-to-date` control message.
-pub fn up_to_date(global_last_seen_lsn: u64) -> String {
-    format!(
-        "{{\"headers\":{{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"{global_last_seen_lsn}\"}}}}"
-    )
+/// The whole array of [`log_array`] in memory (for a body that is compressed).
+pub fn log_bytes(messages: Option<&FileRange>, control: Option<&[u8]>) -> io::Result<Vec<u8>> {
+    let stored = match messages.filter(|m| m.len > 1) {
+        Some(range) => range.read_to_vec()?,
+        None => Vec::new(),
+    };
+    let has_messages = !stored.is_empty();
+    if has_messages {
+        assert_eq!(
+            stored[0],
+            wire::STORED_SEPARATOR,
+            "stored messages start with a separator"
+        );
+    }
+    let mut out = Vec::with_capacity(stored.len() + control.map_or(2, |c| c.len() + 3));
+    out.push(b'[');
+    out.extend_from_slice(stored.get(1..).unwrap_or_default());
+    out.extend_from_slice(&wire::array_end(has_messages, control));
+    Ok(out)
+}
+
+/// The bytes of `range`, a window of at most [`WINDOW_BYTES`] at a time, each made when the
+/// previous one was taken.
+fn windows(range: FileRange) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    stream::unfold(Some(range), |rest| async move {
+        let rest = rest?;
+        let len = rest.len.min(WINDOW_BYTES);
+        let window = FileRange {
+            len,
+            ..rest.clone()
+        };
+        let next = (rest.len > len).then(|| FileRange {
+            start: rest.start + len,
+            len: rest.len - len,
+            ..rest
+        });
+        match range_bytes(&window) {
+            Ok(bytes) => Some((Ok(bytes), next)),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -80,23 +125,51 @@ mod tests {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
 
+    fn stored(bytes: &[u8]) -> FileRange {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        FileRange {
+            file: std::sync::Arc::new(file),
+            start: 0,
+            len: bytes.len() as u64,
+        }
+    }
+
     #[tokio::test]
     async fn arrays() {
-        let (b, n) = log_array(Some(Bytes::from_static(b",{\"a\":1},{\"b\":2}")), None);
-        assert_eq!(n, 17);
+        let b = log_array(Some(stored(b",{\"a\":1},{\"b\":2}")), None).unwrap();
         assert_eq!(text(b).await, "[{\"a\":1},{\"b\":2}]");
-        let (b, _) = log_array(Some(Bytes::from_static(b",{\"a\":1}")), Some(up_to_date(7)));
+        let control = wire::up_to_date(7);
+        let b = log_array(Some(stored(b",{\"a\":1}")), Some(&control)).unwrap();
         assert_eq!(
             text(b).await,
             "[{\"a\":1},{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"7\"}}]"
         );
-        let (b, _) = log_array(None, Some(up_to_date(0)));
+        let control = wire::up_to_date(0);
+        let b = log_array(None, Some(&control)).unwrap();
         assert_eq!(
             text(b).await,
             "[{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"0\"}}]"
         );
-        let (b, _) = log_array(None, None);
-        assert_eq!(text(b).await, "[]");
+        assert_eq!(text(log_array(None, None).unwrap()).await, "[]");
+    }
+
+    #[tokio::test]
+    async fn large_ranges_go_out_a_window_at_a_time() {
+        let mut data = b",".to_vec();
+        data.extend((0..3_000_000u32).map(|i| b'a' + (i % 26) as u8));
+        let body = log_array(Some(stored(&data)), None).unwrap();
+        let mut stream = body.into_data_stream();
+        let mut sizes = Vec::new();
+        let mut all = Vec::new();
+        while let Some(piece) = stream.next().await {
+            let piece = piece.unwrap();
+            sizes.push(piece.len());
+            all.extend_from_slice(&piece);
+        }
+        assert!(sizes.iter().all(|&n| n as u64 <= WINDOW_BYTES), "{sizes:?}");
+        assert_eq!(&all[1..all.len() - 1], &data[1..]);
     }
 
     #[test]
@@ -118,7 +191,11 @@ mod tests {
                 len,
             };
             let bytes = range_bytes(&range).unwrap();
-            assert_eq!(&bytes[..], &data[start as usize..(start + len) as usize]);
+            let (start, end) = (
+                usize::try_from(start).unwrap(),
+                usize::try_from(start + len).unwrap(),
+            );
+            assert_eq!(&bytes[..], &data[start..end]);
         }
     }
 }

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::header::{CACHE_CONTROL, IF_NONE_MATCH};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use syncline_core::{LogOffset, RequestOffset};
+use syncline_core::LogOffset;
+
+use super::request_offset::RequestOffset;
 
 /// `cache-control` of an `offset=-1` response: long in browsers, an hour in shared caches.
 pub const INITIAL_CACHE_CONTROL: &str =

@@ -1,13 +1,18 @@
 //! Electric's HTTP shape API: routing, headers every response carries, health.
 
-pub mod admission;
+mod auth;
 mod body;
 pub mod caching;
+pub mod compression;
+mod ident;
 pub mod param_errors;
 pub mod params;
+mod position;
 mod query;
 mod reply;
+pub mod request_offset;
 pub mod schema_header;
+pub mod server;
 mod shape_api;
 mod sse;
 mod subset;
@@ -25,15 +30,14 @@ use axum::http::header::{
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use syncline_core::wire::{header, JSON_CONTENT_TYPE};
 
-use crate::state::{AppState, Health};
+use crate::health::Phase;
+use crate::metrics::StatusLabels;
+use crate::state::AppState;
 
 /// The `electric-server` header: the protocol version Syncline speaks.
 const SERVER_HEADER: &str = concat!("Syncline/", env!("CARGO_PKG_VERSION"));
-/// Headers browsers may read.
-const EXPOSE_HEADERS: &str = "electric-cursor,electric-handle,electric-has-data,electric-offset,electric-schema,electric-up-to-date,electric-internal-known-error,retry-after";
-/// JSON content type of every body.
-const JSON: &str = "application/json; charset=utf-8";
 
 /// The HTTP application.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -45,26 +49,30 @@ static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 /// Routes by the normalised path (`/v1/shape/`, `/v1//shape` and `/v1/%73hape` are the shape
 /// route), then adds the headers every response carries.
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let started = std::time::Instant::now();
+    let raw_path = request.uri().path().to_owned();
     let origin = request.headers().get(ORIGIN).cloned();
     let path = normalise_path(request.uri().path());
     let is_shape = path == "/v1/shape";
     let method = request.method().clone();
-    let metrics_here = state.config.prometheus_port.is_none();
+    let over_limit = request.extensions().get::<server::OverLimit>().is_some();
     let mut response = match (path.as_str(), &method) {
-        ("/v1/shape", _) => shape_api::handle(state.clone(), request).await,
-        ("/v1/health", &Method::GET | &Method::HEAD) => health(&state),
-        ("/metrics", &Method::GET) if metrics_here => metrics(&state),
-        ("/", &Method::GET | &Method::HEAD) => StatusCode::OK.into_response(),
-        _ => (StatusCode::NOT_FOUND, "Not found").into_response(),
+        ("/v1/health" | "/metrics", _) => route(&state, &path, &method, request).await,
+        _ if over_limit => {
+            let mut response = reply::unavailable(r#"{"message":"Too many connections"}"#);
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+            response
+        }
+        _ => route(&state, &path, &method, request).await,
     };
     let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
     let headers = response.headers_mut();
-    headers.insert("electric-server", HeaderValue::from_static(SERVER_HEADER));
-    let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
-    headers.insert(
-        "x-request-id",
-        HeaderValue::from_str(&format!("{id:016x}")).expect("hex"),
-    );
+    headers.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
+    let id = format!("{:016x}", REQUEST_IDS.fetch_add(1, Ordering::Relaxed));
+    headers.insert("x-request-id", HeaderValue::from_str(&id).expect("hex"));
     if !unauthorized {
         headers.insert(
             ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -80,7 +88,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         );
         headers.insert(
             ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(EXPOSE_HEADERS),
+            HeaderValue::from_static(header::EXPOSED),
         );
     }
     if !headers.contains_key(CACHE_CONTROL) {
@@ -89,10 +97,36 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             HeaderValue::from_static("max-age=0, private, must-revalidate"),
         );
     }
-    state
-        .metrics
-        .request(method.as_str(), response.status().as_u16());
+    let status = response.status().as_u16();
+    state.metrics.request(method.as_str(), status);
+    tracing::debug!(
+        method = %method,
+        path = raw_path,
+        status,
+        duration_ms = started.elapsed().as_secs_f64() * 1e3,
+        request_id = id,
+        "request"
+    );
     response
+}
+
+/// The response of the route `path` names.
+async fn route(state: &Arc<AppState>, path: &str, method: &Method, request: Request) -> Response {
+    let metrics_here = state.config.prometheus_port.is_none();
+    match (path, method) {
+        ("/v1/shape", _) => shape_api::handle(state.clone(), request).await,
+        ("/v1/health", &Method::GET | &Method::HEAD) => health(state),
+        ("/metrics", &Method::GET) if metrics_here => {
+            let query = request.uri().query().unwrap_or("");
+            if auth::authorized(state.config.secret.as_deref(), query) {
+                metrics(state)
+            } else {
+                reply::unauthorized()
+            }
+        }
+        ("/", &Method::GET | &Method::HEAD) => StatusCode::OK.into_response(),
+        _ => (StatusCode::NOT_FOUND, "Not found").into_response(),
+    }
 }
 
 /// The application serving only `/metrics` (for `ELECTRIC_PROMETHEUS_PORT`).
@@ -108,7 +142,14 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
 /// Prometheus's text format, with the gauges that are read off the state brought up to date.
 fn metrics(state: &AppState) -> Response {
     let m = &state.metrics;
-    m.shapes.set(state.registry().len() as i64);
+    m.shapes
+        .set(i64::try_from(state.shapes.len()).unwrap_or(i64::MAX));
+    let (_, reported) = health_status(state);
+    for status in ["starting", "waiting", "active", "degraded"] {
+        m.health
+            .get_or_create(&StatusLabels { status })
+            .set(i64::from(status == reported));
+    }
     Response::builder()
         .header(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
         .header(CACHE_CONTROL, "no-cache")
@@ -116,39 +157,40 @@ fn metrics(state: &AppState) -> Response {
         .expect("valid response")
 }
 
-/// Percent-decodes unreserved characters, collapses repeated slashes and drops a trailing one.
+/// Collapses repeated slashes and drops a trailing one, as Electric's router does. Percent-
+/// encoded paths are left as they are, so they match no route (404), like Electric.
 fn normalise_path(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                decoded.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        decoded.push(bytes[i]);
-        i += 1;
-    }
-    let text = String::from_utf8_lossy(&decoded);
-    let parts: Vec<&str> = text.split('/').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     format!("/{}", parts.join("/"))
 }
 
+/// The HTTP status and the `status` text of `/v1/health`.
+fn health_status(state: &AppState) -> (StatusCode, &'static str) {
+    let status = state.health.status();
+    match (status.phase, &status.problem) {
+        (Phase::Active, None) => (StatusCode::OK, "active"),
+        (Phase::Active, Some(_)) => (StatusCode::SERVICE_UNAVAILABLE, "degraded"),
+        (phase, _) => (StatusCode::ACCEPTED, phase.name()),
+    }
+}
+
+/// `/v1/health`: Electric's `{"status":…}` (200 active, 202 waiting or starting), with the
+/// reason when there is one; `degraded` (503) when an active server cannot write shape logs.
 fn health(state: &AppState) -> Response {
-    let (status, text) = match state.health() {
-        Health::Active => (StatusCode::OK, "active"),
-        Health::Waiting => (StatusCode::ACCEPTED, "waiting"),
-        Health::Starting => (StatusCode::ACCEPTED, "starting"),
+    let status = state.health.status();
+    let (code, name) = health_status(state);
+    let body = match &status.problem {
+        None => format!(r#"{{"status":"{name}"}}"#),
+        Some(problem) => format!(
+            r#"{{"status":"{name}","reason":{}}}"#,
+            serde_json::Value::from(problem.as_str())
+        ),
     };
     Response::builder()
-        .status(status)
-        .header(CONTENT_TYPE, JSON)
-        .header(CACHE_CONTROL, "no-cache, no-store, must-revalidate")
-        .body(Body::from(format!("{{\"status\":\"{text}\"}}")))
+        .status(code)
+        .header(CONTENT_TYPE, JSON_CONTENT_TYPE)
+        .header(CACHE_CONTROL, caching::HEALTH_CACHE_CONTROL)
+        .body(Body::from(body))
         .expect("valid response")
 }
 
@@ -158,18 +200,12 @@ mod tests {
 
     #[test]
     fn shape_route_spellings() {
-        for p in [
-            "/v1/shape",
-            "/v1/shape/",
-            "/v1//shape",
-            "/v1/%73hape",
-            "//v1/shape",
-        ] {
+        for p in ["/v1/shape", "/v1/shape/", "/v1//shape", "//v1/shape"] {
             assert_eq!(normalise_path(p), "/v1/shape", "{p}");
         }
         assert_eq!(normalise_path("/"), "/");
         assert_eq!(normalise_path("/v1/shapes"), "/v1/shapes");
-        assert_eq!(normalise_path("/v1/%zz"), "/v1/%zz");
-        assert_eq!(normalise_path("/v1/%7"), "/v1/%7");
+        assert_eq!(normalise_path("/v1%2Fshape"), "/v1%2Fshape");
+        assert_eq!(normalise_path("/v1/%73hape"), "/v1/%73hape");
     }
 }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use syncline_core::sql::quote_ident;
+
 /// Validation failures of a shape request, by field; renders as Electric's 400 body.
 ///
 /// Fields keep Electric's names (`table`, `offset`, `where`, …); subset failures nest under
@@ -99,12 +101,40 @@ pub fn table_does_not_exist(schema: &str, table: &str) -> String {
     )
 }
 
+/// `table` text when row-level security applies to the server's role on the table: the
+/// snapshot would honour the policies but replicated changes cannot, so no shape is served.
+pub fn row_security_active(schema: &str, table: &str) -> String {
+    format!(
+        "Table {}.{} has row-level security enabled for this database role. Syncline cannot apply \
+         row-level security policies to replicated changes, so it does not serve shapes of this \
+         table; connect with a role that bypasses row-level security, or disable it.",
+        quote_ident(schema),
+        quote_ident(table)
+    )
+}
+
 /// `columns` text when the selection leaves out primary-key columns (in key order).
 pub fn columns_missing_pk(missing: &[&str]) -> String {
     format!(
         "The list of columns must include all primary key columns, missing: {}",
         missing.join(", ")
     )
+}
+
+/// `columns` text when the shape would hold generated columns, which Postgres 15 does not
+/// replicate; `implicit` when the request named no columns.
+pub fn columns_generated(generated: &[&str], implicit: bool) -> String {
+    let mut text = format!(
+        "The following columns are generated and cannot be included in the shape: {}",
+        generated.join(", ")
+    );
+    if implicit {
+        text.push_str(
+            ". You can exclude them from the shape by explicitly listing which columns to fetch \
+             in the 'columns' query param",
+        );
+    }
+    text
 }
 
 /// `columns` text when selected columns are not on the table (in request order).
@@ -126,11 +156,6 @@ pub fn columns_not_queryable(hidden: &[&str]) -> String {
 /// `where` (or `subset.where`) text when `$n` has no value in `params`.
 pub fn parameter_not_provided(n: usize) -> String {
     format!("parameter ${n} was not provided")
-}
-
-/// Quotes an identifier as Postgres prints it: in double quotes, inner quotes doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]

@@ -18,14 +18,13 @@
 
 use std::collections::BTreeMap;
 
-use syncline_core::ident::{parse_columns, parse_relation};
-use syncline_core::RequestOffset;
-
+use super::ident::{parse_columns, parse_relation};
 use super::param_errors::ParamErrors;
 use super::query::{self, Raw};
+use super::request_offset::RequestOffset;
 use super::subset_body::{scalar_text, SubsetBody};
 
-pub use crate::shape::{LogMode, Replica};
+pub use crate::shapes::{LogMode, Replica};
 
 /// A valid shape request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +136,7 @@ pub fn parse_shape_params(
     let offset: RequestOffset =
         offset
             .parse()
-            .map_err(|e: syncline_core::offset::RequestOffsetError| {
+            .map_err(|e: super::request_offset::RequestOffsetError| {
                 ParamErrors::single("offset", e.to_string())
             })?;
 
@@ -397,10 +396,15 @@ fn subset(
     Some(Ok(SubsetParams {
         where_clause,
         params,
-        limit: limit.map(|n| n as u64),
-        offset: offset.map(|n| n as u64),
+        limit: limit.map(non_negative),
+        offset: offset.map(non_negative),
         order_by,
     }))
+}
+
+/// A validated non-negative count.
+fn non_negative(n: i64) -> u64 {
+    u64::try_from(n).expect("validated non-negative")
 }
 
 #[cfg(test)]

@@ -74,8 +74,8 @@ fn modifiers(type_name: &str, type_mod: i32) -> Vec<(&'static str, Value)> {
             // typmod = ((precision << 16) | scale) + 4, both halves signed 16-bit.
             let packed = type_mod - 4;
             vec![
-                ("precision", i32::from((packed >> 16) as i16).into()),
-                ("scale", i32::from(packed as i16).into()),
+                ("precision", i32::from(high_half(packed)).into()),
+                ("scale", i32::from(low_half(packed)).into()),
             ]
         }
         _ if type_mod > -1 => vec![("type_mod", type_mod.into())],
@@ -96,8 +96,8 @@ fn interval_modifiers(type_mod: i32) -> Vec<(&'static str, Value)> {
         ("MINUTE", 1 << 11),
         ("SECOND", 1 << 12),
     ];
-    let range = (type_mod >> 16) as i16;
-    let precision = type_mod as i16;
+    let range = high_half(type_mod);
+    let precision = low_half(type_mod);
     let mut out = Vec::new();
     if range != ALL_FIELDS {
         let units: Vec<&str> = UNITS
@@ -120,6 +120,24 @@ fn interval_modifiers(type_mod: i32) -> Vec<(&'static str, Value)> {
         out.push(("precision", i32::from(precision).into()));
     }
     out
+}
+
+/// The high signed 16 bits of a type modifier (Postgres packs two `int16` fields in it).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the typmod packs two 16-bit halves"
+)]
+fn high_half(type_mod: i32) -> i16 {
+    (type_mod >> 16) as i16
+}
+
+/// The low signed 16 bits of a type modifier.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the typmod packs two 16-bit halves"
+)]
+fn low_half(type_mod: i32) -> i16 {
+    type_mod as i16
 }
 
 #[cfg(test)]

@@ -8,33 +8,39 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_TYPE, ETAG,
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_ENCODING, CONTENT_TYPE,
+    ETAG, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rand::Rng;
-use syncline_core::{LogOffset, RelationDesc, RequestOffset};
+use syncline_core::wire::{self, header, JSON_CONTENT_TYPE};
+use syncline_core::{LogOffset, RelationDesc};
 use syncline_storage::ReadResult;
 use syncline_where::Where;
 use tokio::time::Instant;
 
-use super::admission::{Kind, Ticket};
-use super::body::{log_array, range_bytes, up_to_date};
+use super::auth::authorized;
+use super::body::{log_array, log_bytes};
 use super::caching::{self, ResponseFacts};
+use super::compression::{accepts_gzip, gzip_fast};
 use super::param_errors::{self, ParamErrors};
-use super::params::{parse_shape_params, request_secret, ShapeParams};
+use super::params::{parse_shape_params, ShapeParams};
+use super::position;
 use super::reply::{
-    cache_config, conflict, header_value, internal_error, invalid, json, snapshot_failed,
-    unavailable,
+    cache_config, conflict, header_value, internal_error, invalid, json, not_ready,
+    postgres_failed, rejected, snapshot_failed, unauthorized, unavailable,
 };
+use super::request_offset::RequestOffset;
 use super::schema_header::electric_schema;
 use super::subset_body::parse_subset_body;
-use super::JSON;
-use crate::shape::{Shape, ShapeDefinition, ShapeState};
+use crate::admission::{Kind, Ticket};
+use crate::health::Gate;
+use crate::shapes::{Blame, CreateError, Shape, ShapeDefinition, ShapeState};
 use crate::state::AppState;
 
-/// Largest POST body accepted.
-const POST_BODY_BYTES_MAX: usize = 1 << 20;
+/// Largest POST body accepted (Electric's, from Plug's default: 8,000,000 bytes).
+const POST_BODY_BYTES_MAX: usize = 8_000_000;
 
 /// Makes no-change etags unique.
 static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -46,13 +52,16 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         return options(request.headers());
     }
     let query = request.uri().query().unwrap_or("").to_owned();
-    if let Some(secret) = &state.config.secret {
-        if request_secret(&query).as_deref() != Some(secret.as_str()) {
-            return json(
-                StatusCode::UNAUTHORIZED,
-                r#"{"message":"Unauthorized - Invalid API secret"}"#.into(),
-            );
-        }
+    if !authorized(state.config.secret.as_deref(), &query) {
+        return unauthorized();
+    }
+    let gate = if method == Method::DELETE {
+        Gate::Write
+    } else {
+        Gate::Read
+    };
+    if let Err(unmet) = state.health.wait(gate).await {
+        return not_ready(&unmet);
     }
     let headers = request.headers().clone();
     match method {
@@ -118,14 +127,14 @@ async fn get(
     };
     let ticket = match state.admission.enter(kind, &state.metrics) {
         Ok(ticket) => ticket,
-        Err(rejected) => return rejected.response(),
+        Err(refused) => return rejected(&refused),
     };
     let shape = match resolve(state, method, params).await {
         Ok(shape) => shape,
         Err(response) => return response,
     };
     shape.touch();
-    if let Err(e) = state.load_end(&shape) {
+    if let Err(e) = shape.load_end() {
         tracing::warn!(handle = %shape.handle, error = %e, "shape log could not be opened");
         return internal_error();
     }
@@ -150,44 +159,61 @@ async fn resolve(
     params: &ShapeParams,
 ) -> Result<Arc<Shape>, Response> {
     if let (RequestOffset::After(_), Some(handle)) = (params.offset, &params.handle) {
-        if let Some(shape) = state.registry().by_handle(handle) {
+        if let Some(shape) = state.shapes.by_handle(handle) {
             if same_request(&shape.definition, params) {
                 return Ok(shape);
             }
         }
     }
     let (definition, relation) = definition(state, method, params).await?;
-    let existing = state.registry().by_identity(&definition.identity());
+    state.shapes.drop_recreated(&relation).await;
+    let existing = state.shapes.by_definition(&definition);
+    if let Some(shape) = &existing {
+        shape.refresh(&relation);
+    }
     match params.offset {
         RequestOffset::After(_) => match existing {
             Some(shape) if Some(&shape.handle) == params.handle.as_ref() => Ok(shape),
             Some(shape) => Err(conflict(method, Some(&shape.handle))),
             None => {
-                let shape = create(state, definition, relation).await?;
+                let shape = create(state, method, definition, relation).await?;
                 Err(conflict(method, Some(&shape.handle)))
             }
         },
         RequestOffset::BeforeAll | RequestOffset::Now => match existing {
             Some(shape) => Ok(shape),
-            None => create(state, definition, relation).await,
+            None => create(state, method, definition, relation).await,
         },
     }
 }
 
 async fn create(
     state: &Arc<AppState>,
+    method: &Method,
     definition: ShapeDefinition,
     relation: RelationDesc,
 ) -> Result<Arc<Shape>, Response> {
     state
+        .health
+        .wait(Gate::Write)
+        .await
+        .map_err(|unmet| not_ready(&unmet))?;
+    state
+        .shapes
         .get_or_create(definition, relation)
         .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "could not create shape");
-            unavailable(&format!(
-                r#"{{"message":{}}}"#,
-                serde_json::Value::from(e.to_string())
-            ))
+        .map_err(|e| match e {
+            CreateError::Postgres(e) => postgres_failed(method, &e, "table", false),
+            CreateError::Refused(message) => {
+                invalid(method, &ParamErrors::single("table", message))
+            }
+            e => {
+                tracing::warn!(error = %e, "could not create shape");
+                unavailable(&format!(
+                    r#"{{"message":{}}}"#,
+                    serde_json::Value::from(e.to_string())
+                ))
+            }
         })
 }
 
@@ -212,9 +238,14 @@ fn same_request(definition: &ShapeDefinition, params: &ShapeParams) -> bool {
         }
 }
 
-/// The table's columns named in `list` (each must exist, the primary key must be among
-/// them), in table order; `Err` holds the client's message.
-fn table_columns(relation: &RelationDesc, list: &[String]) -> Result<Vec<String>, String> {
+/// The table's columns named in `list` (each must exist and not be generated, and the primary
+/// key must be among them: every column, for a table without one), in table order; `Err`
+/// holds the client's message.
+fn table_columns(
+    relation: &RelationDesc,
+    generated: &[String],
+    list: &[String],
+) -> Result<Vec<String>, String> {
     let unknown: Vec<&str> = list
         .iter()
         .filter(|n| relation.column(n).is_none())
@@ -223,14 +254,26 @@ fn table_columns(relation: &RelationDesc, list: &[String]) -> Result<Vec<String>
     if !unknown.is_empty() {
         return Err(param_errors::columns_not_found(&unknown));
     }
-    let missing: Vec<&str> = relation
-        .primary_key()
+    let mut key = relation.primary_key();
+    if key.is_empty() {
+        key = relation.columns.iter().collect();
+    }
+    let missing: Vec<&str> = key
         .iter()
         .filter(|c| !list.contains(&c.name))
         .map(|c| c.name.as_str())
         .collect();
     if !missing.is_empty() {
         return Err(param_errors::columns_missing_pk(&missing));
+    }
+    let generated: Vec<&str> = relation
+        .columns
+        .iter()
+        .filter(|c| list.contains(&c.name) && generated.contains(&c.name))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !generated.is_empty() {
+        return Err(param_errors::columns_generated(&generated, false));
     }
     Ok(relation
         .columns
@@ -257,31 +300,38 @@ async fn definition(
     method: &Method,
     params: &ShapeParams,
 ) -> Result<(ShapeDefinition, RelationDesc), Response> {
-    let relation = match state.load_relation(&params.schema, &params.table).await {
+    let relation = match state
+        .postgres
+        .load_relation(&params.schema, &params.table)
+        .await
+    {
         Ok(Some(relation)) => relation,
         Ok(None) => {
             let message = param_errors::table_does_not_exist(&params.schema, &params.table);
             return Err(invalid(method, &ParamErrors::single("table", message)));
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "catalog lookup failed");
-            return Err(unavailable(
-                r#"{"code":"database_unreachable","error":"Database is unreachable"}"#,
-            ));
-        }
+        Err(e) => return Err(postgres_failed(method, &e, "table", false)),
     };
+    let facts = match state.postgres.table_facts(relation.oid).await {
+        Ok(facts) => facts,
+        Err(e) => return Err(postgres_failed(method, &e, "table", false)),
+    };
+    if facts.row_security {
+        let message = param_errors::row_security_active(&relation.schema, &relation.name);
+        return Err(invalid(method, &ParamErrors::single("table", message)));
+    }
     let column_error =
         |field: &str, message: String| invalid(method, &ParamErrors::single(field, message));
     let queryable = match &params.queryable_columns {
         None => None,
         Some(list) => Some(
-            table_columns(&relation, list)
+            table_columns(&relation, &facts.generated, list)
                 .map_err(|message| column_error("queryable_columns", message))?,
         ),
     };
     let columns = match (&params.columns, &queryable) {
         (Some(list), _) => {
-            let columns = table_columns(&relation, list)
+            let columns = table_columns(&relation, &facts.generated, list)
                 .map_err(|message| column_error("columns", message))?;
             let hidden: Vec<&str> = columns
                 .iter()
@@ -295,6 +345,11 @@ async fn definition(
             columns
         }
         (None, Some(queryable)) => queryable.clone(),
+        (None, None) if !facts.generated.is_empty() => {
+            let generated: Vec<&str> = facts.generated.iter().map(String::as_str).collect();
+            let message = param_errors::columns_generated(&generated, true);
+            return Err(column_error("columns", message));
+        }
         (None, None) => relation.columns.iter().map(|c| c.name.clone()).collect(),
     };
     let where_sql = match &params.where_clause {
@@ -355,38 +410,49 @@ impl Serve<'_> {
             }
             RequestOffset::After(o) => Some(o),
         };
-        if let Some(o) = from {
-            if self.out_of_bounds(o) {
-                tokio::time::sleep(timeout / 2).await;
-                if self.out_of_bounds(o) {
-                    let errors = ParamErrors::single("offset", "out of bounds for this shape");
-                    return invalid(self.method, &errors);
+        let start = match from {
+            None => None,
+            Some(o) => match self.locate(o) {
+                Ok(Some(start)) => Some(start),
+                Ok(None) => {
+                    tokio::time::sleep(timeout / 2).await;
+                    match self.locate(o) {
+                        Ok(Some(start)) => Some(start),
+                        Ok(None) => {
+                            let errors =
+                                ParamErrors::single("offset", "out of bounds for this shape");
+                            return invalid(self.method, &errors);
+                        }
+                        Err(e) => return self.read_failed(&e),
+                    }
                 }
-            }
-        }
-        if let (true, Some(o)) = (self.params.live_sse, from) {
+                Err(e) => return self.read_failed(&e),
+            },
+        };
+        if let (true, Some(o), Some(start)) = (self.params.live_sse, from, start) {
             if self.shape.state().gone {
                 return self.gone().await;
             }
-            return self.sse(o);
+            return self.sse(o, start);
         }
-        match self.answer(from, deadline).await {
-            Ok(answer) => self.respond(from, answer),
+        match self.answer(start, deadline).await {
+            Ok(answer) => self.respond(answer),
             Err(response) => response,
         }
     }
 
-    /// Whether `o` lies past everything the shape or the server has seen.
-    fn out_of_bounds(&self, o: LogOffset) -> bool {
-        let st = self.shape.state();
-        if !st.snapshot_done || o == LogOffset::SNAPSHOT_END {
-            return false;
-        }
-        let end = st
-            .durable
-            .map_or(0, |d| d.tx)
-            .max(self.state.last_seen_lsn());
-        o.tx > end
+    /// Where in the log to read after the client's offset `o` (`None`: the shape has nothing
+    /// there, yet or ever).
+    fn locate(&self, o: LogOffset) -> syncline_storage::Result<Option<LogOffset>> {
+        tokio::task::block_in_place(|| {
+            position::locate(self.shape, o, self.state.progress.last_seen_lsn())
+        })
+    }
+
+    /// The answer when the shape's log cannot be read.
+    fn read_failed(&self, error: &syncline_storage::StorageError) -> Response {
+        tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed");
+        internal_error()
     }
 
     /// Reads until there is something to send: data readable from `from` (a whole chunk while
@@ -397,7 +463,7 @@ impl Serve<'_> {
             let st = changes.borrow_and_update().clone();
             self.check_alive(&st).await?;
             let read = tokio::task::block_in_place(|| {
-                self.shape.with_reader(&self.state.store, |r| r.read(from))
+                self.shape.with_reader(|r| r.read(from))
             })
             .map_err(|e| {
                 tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
@@ -406,7 +472,10 @@ impl Serve<'_> {
             let ready = st.snapshot_done || read.chunk_closed;
             let has_data = read.body.is_some();
             if ready && (has_data || !self.params.live) {
-                let up_to_date = from.is_some() && st.snapshot_done && read.up_to_date;
+                let up_to_date = from.is_some()
+                    && st.snapshot_done
+                    && read.up_to_date
+                    && !position::is_snapshot(&read);
                 return Ok(Answer {
                     read,
                     up_to_date,
@@ -438,8 +507,13 @@ impl Serve<'_> {
     /// The response that ends the request if the shape's snapshot failed or the shape went
     /// away.
     async fn check_alive(&self, st: &ShapeState) -> Result<(), Response> {
-        if let Some(error) = &st.failed {
-            return Err(snapshot_failed(error));
+        if let Some(failure) = &st.failed {
+            let message = failure.message.clone();
+            return Err(match failure.blame {
+                Blame::Request => invalid(self.method, &ParamErrors::single("where", message)),
+                Blame::Table => invalid(self.method, &ParamErrors::single("table", message)),
+                Blame::Server => snapshot_failed(&message),
+            });
         }
         if st.gone {
             return Err(self.gone().await);
@@ -473,34 +547,28 @@ impl Serve<'_> {
             .shape
             .state()
             .durable
-            .unwrap_or(LogOffset::SNAPSHOT_END);
-        let control = up_to_date(self.global_lsn(end));
+            .map_or(LogOffset::SNAPSHOT_END, position::client_end);
+        let control = wire::up_to_date(self.global_lsn(end));
         let mut headers = self.shape_headers(end, false, true);
-        headers.insert("electric-up-to-date", HeaderValue::from_static(""));
-        let (body, _) = log_array(None, Some(control));
+        headers.insert(header::UP_TO_DATE, HeaderValue::from_static(""));
+        let body = log_array(None, Some(&control)).expect("no file to read");
         self.finish(headers, None, body)
     }
 
-    fn respond(&self, from: Option<LogOffset>, answer: Answer) -> Response {
-        let end = answer.read.end_offset.or(from).unwrap_or(LogOffset::ZERO);
-        let bytes = match answer.read.body.as_ref().map(range_bytes).transpose() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
-                return internal_error();
-            }
-        };
+    fn respond(&self, answer: Answer) -> Response {
+        let end = position::client_offset(&answer.read);
         let control = answer.up_to_date.then(|| {
             let lsn = if self.params.live && answer.has_data {
                 end.tx
             } else {
                 self.global_lsn(end)
             };
-            up_to_date(lsn)
+            wire::up_to_date(lsn)
         });
-        let mut headers = self.shape_headers(end, answer.has_data, !self.params.live);
+        // Electric says `false` only for a live request that timed out with nothing new.
+        let mut headers = self.shape_headers(end, !answer.no_change, !self.params.live);
         if answer.up_to_date {
-            headers.insert("electric-up-to-date", HeaderValue::from_static(""));
+            headers.insert(header::UP_TO_DATE, HeaderValue::from_static(""));
         }
         let etag = if answer.no_change {
             caching::no_change_etag(
@@ -512,31 +580,83 @@ impl Serve<'_> {
         } else {
             caching::etag(&self.shape.handle, self.params.offset, end)
         };
-        let (body, _) = log_array(bytes, control);
+        let body = if self.params.live {
+            log_array(answer.read.body.clone(), control.as_deref())
+        } else {
+            headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+            if accepts_gzip(self.request) && *self.method != Method::HEAD {
+                headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                self.gzipped(&answer.read, control.as_deref())
+            } else {
+                log_array(answer.read.body.clone(), control.as_deref())
+            }
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
+                return internal_error();
+            }
+        };
         self.finish(headers, Some(etag), body)
     }
 
+    /// The gzipped body of a non-live response: a whole closed chunk's is made once and kept.
+    fn gzipped(&self, read: &ReadResult, control: Option<&[u8]>) -> std::io::Result<Body> {
+        let metrics = &self.state.metrics;
+        metrics.gzip_responses.inc();
+        let whole_chunk = read.chunk_closed && control.is_none();
+        let Some(range) = read.body.as_ref().filter(|_| whole_chunk) else {
+            return Ok(Body::from(gzip_fast(&log_bytes(
+                read.body.as_ref(),
+                control,
+            )?)));
+        };
+        let key = (
+            self.shape.handle.clone(),
+            read.chunk,
+            range.start,
+            range.len,
+        );
+        let mut failed = None;
+        let (bytes, kept) = self.state.compressed.get_or_compress(key, || {
+            log_bytes(Some(range), None).unwrap_or_else(|e| {
+                failed = Some(e);
+                Vec::new()
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if kept {
+            metrics.gzip_cache_hits.inc();
+        }
+        Ok(Body::from(bytes))
+    }
+
     fn global_lsn(&self, end: LogOffset) -> u64 {
-        self.state.last_seen_lsn().max(end.tx)
+        self.state.progress.last_seen_lsn().max(end.tx)
     }
 
     /// Headers of a 200 from this shape.
     fn shape_headers(&self, end: LogOffset, has_data: bool, with_schema: bool) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-        headers.insert("electric-handle", header_value(&self.shape.handle));
-        headers.insert("electric-offset", header_value(&end.to_string()));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+        headers.insert(header::HANDLE, header_value(&self.shape.handle));
+        headers.insert(header::OFFSET, header_value(&end.to_string()));
         headers.insert(
-            "electric-has-data",
+            header::HAS_DATA,
             HeaderValue::from_static(if has_data { "true" } else { "false" }),
         );
         if with_schema {
-            let schema =
-                electric_schema(&self.shape.relation, Some(&self.shape.definition.columns));
-            headers.insert("electric-schema", header_value(&schema));
+            let schema = electric_schema(
+                &self.shape.schema_relation(),
+                Some(&self.shape.definition.columns),
+            );
+            headers.insert(header::SCHEMA, header_value(&schema));
         }
         if self.params.live {
-            headers.insert("electric-cursor", header_value(&self.cursor().to_string()));
+            headers.insert(header::CURSOR, header_value(&self.cursor().to_string()));
         }
         headers
     }
@@ -572,7 +692,7 @@ impl Serve<'_> {
         if let Some(etag) = etag {
             if caching::if_none_match_hits(self.request, &etag) {
                 status = StatusCode::NOT_MODIFIED;
-                headers.remove("electric-schema");
+                headers.remove(header::SCHEMA);
                 body = None;
             }
             headers.insert(ETAG, header_value(&etag));
@@ -587,12 +707,19 @@ impl Serve<'_> {
     }
 
     /// The shape vanished: 409 pointing at its successor (made if needed).
+    /// If the definition itself no longer holds (the table was renamed or dropped), still 409:
+    /// the client's refetch then learns what is wrong.
     async fn gone(&self) -> Response {
         match definition(self.state, self.method, self.params).await {
-            Ok((definition, relation)) => match create(self.state, definition, relation).await {
-                Ok(shape) => conflict(self.method, Some(&shape.handle)),
-                Err(response) => response,
-            },
+            Ok((definition, relation)) => {
+                match create(self.state, self.method, definition, relation).await {
+                    Ok(shape) => conflict(self.method, Some(&shape.handle)),
+                    Err(response) => response,
+                }
+            }
+            Err(response) if response.status() == StatusCode::BAD_REQUEST => {
+                conflict(self.method, None)
+            }
             Err(response) => response,
         }
     }
@@ -619,7 +746,7 @@ async fn delete(state: &Arc<AppState>, query: &str) -> Response {
             Ok((d, _)) => d,
             Err(response) => return response,
         };
-        let shape = state.registry().by_identity(&definition.identity());
+        let shape = state.shapes.by_definition(&definition);
         if let (Some(shape), Some(handle)) = (&shape, &handle) {
             if &shape.handle != handle {
                 let errors = ParamErrors::single(
@@ -631,7 +758,7 @@ async fn delete(state: &Arc<AppState>, query: &str) -> Response {
         }
         shape
     } else if let Some(handle) = handle {
-        state.registry().by_handle(&handle)
+        state.shapes.by_handle(&handle)
     } else {
         let errors =
             ParamErrors::single("handle", "can't be blank when shape definition is missing");
@@ -639,7 +766,7 @@ async fn delete(state: &Arc<AppState>, query: &str) -> Response {
     };
     match shape {
         Some(shape) => {
-            state.delete_shape(&shape).await;
+            state.shapes.delete(&shape).await;
             StatusCode::ACCEPTED.into_response()
         }
         None => json(

@@ -10,10 +10,11 @@ use std::io;
 
 use axum::body::Body;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderValue, Method};
 use axum::response::Response;
 use bytes::Bytes;
 use rand::Rng;
+use syncline_core::wire::{self, header, JSON_CONTENT_TYPE};
 use syncline_core::LogOffset;
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotInfo, SnapshotQuery};
 use syncline_pg::{PgError, PgResult};
@@ -23,10 +24,11 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use super::caching::NO_CACHE;
 use super::param_errors::ParamErrors;
 use super::params::SubsetParams;
-use super::reply::{header_value, invalid, json, unavailable};
+use super::position;
+use super::reply::{header_value, invalid, not_ready, postgres_failed, unavailable};
 use super::schema_header::electric_schema;
 use super::shape_api::Serve;
-use super::JSON;
+use crate::health::Gate;
 use crate::state::AppState;
 
 /// Bytes of rows collected before they are handed to the connection.
@@ -41,6 +43,9 @@ type BodyPiece = Result<Bytes, io::Error>;
 impl Serve<'_> {
     /// Answers a subset request on this shape.
     pub(super) async fn subset(&self, subset: &SubsetParams) -> Response {
+        if let Err(unmet) = self.state.health.wait(Gate::Write).await {
+            return not_ready(&unmet);
+        }
         let query = match self.subset_query(subset) {
             Ok(query) => query,
             Err(response) => return *response,
@@ -53,8 +58,8 @@ impl Serve<'_> {
             .shape
             .state()
             .durable
-            .unwrap_or(LogOffset::SNAPSHOT_END);
-        let Ok(permit) = self.state.snapshot_permit().await else {
+            .map_or(LogOffset::SNAPSHOT_END, position::client_end);
+        let Ok(permit) = self.state.postgres.query_permit().await else {
             return unavailable(r#"{"message":"Server is shutting down"}"#);
         };
         let mark = rand::thread_rng().gen_range(0..=SNAPSHOT_MARK_MAX);
@@ -76,7 +81,7 @@ impl Serve<'_> {
         let mut response = Response::new(if *self.method == Method::HEAD {
             Body::empty()
         } else {
-            let head = Bytes::from(metadata_prefix(&info, mark));
+            let head = Bytes::from(wire::subset_start(&info.pg_snapshot, info.wal_lsn.0, mark));
             let mut body = body;
             let rest = futures_util::stream::poll_fn(move |cx| body.poll_recv(cx));
             Body::from_stream(futures_util::StreamExt::chain(
@@ -85,13 +90,16 @@ impl Serve<'_> {
             ))
         });
         let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
         headers.insert(CACHE_CONTROL, HeaderValue::from_static(NO_CACHE));
-        headers.insert("electric-snapshot", HeaderValue::from_static("true"));
-        headers.insert("electric-handle", header_value(&self.shape.handle));
-        headers.insert("electric-offset", header_value(&offset.to_string()));
-        let schema = electric_schema(&self.shape.relation, Some(&self.shape.definition.columns));
-        headers.insert("electric-schema", header_value(&schema));
+        headers.insert(header::SNAPSHOT, HeaderValue::from_static("true"));
+        headers.insert(header::HANDLE, header_value(&self.shape.handle));
+        headers.insert(header::OFFSET, header_value(&offset.to_string()));
+        let schema = electric_schema(
+            &self.shape.schema_relation(),
+            Some(&self.shape.definition.columns),
+        );
+        headers.insert(header::SCHEMA, header_value(&schema));
         response
     }
 
@@ -144,45 +152,10 @@ impl Serve<'_> {
     }
 
     /// The answer to a query Postgres refused: its data and syntax errors are the client's
-    /// (400 under `subset.where`, as Electric reports them), anything else is ours.
+    /// (400 under `subset.where`, as Electric reports them).
     fn query_failed(&self, error: &PgError) -> Response {
-        match error {
-            PgError::Server { code, message, .. }
-                if code.starts_with("22") || code.starts_with("42") =>
-            {
-                invalid(
-                    self.method,
-                    &ParamErrors::single_subset("where", message.clone()),
-                )
-            }
-            e if e.is_transient() => {
-                unavailable(r#"{"code":"database_unreachable","error":"Database is unreachable"}"#)
-            }
-            e => {
-                tracing::warn!(handle = %self.shape.handle, error = %e, "subset query failed");
-                json(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!(
-                        r#"{{"message":{}}}"#,
-                        serde_json::Value::from(e.to_string())
-                    ),
-                )
-            }
-        }
+        postgres_failed(self.method, error, "where", true)
     }
-}
-
-/// `{"metadata":{…},"data":[` for a subset that saw `info`.
-fn metadata_prefix(info: &SnapshotInfo, mark: u32) -> String {
-    let snapshot = &info.pg_snapshot;
-    let xip: Vec<String> = snapshot.xip.iter().map(|x| format!("\"{x}\"")).collect();
-    format!(
-        r#"{{"metadata":{{"xmin":"{}","xmax":"{}","xip_list":[{}],"database_lsn":"{}","snapshot_mark":{mark}}},"data":["#,
-        snapshot.xmin,
-        snapshot.xmax,
-        xip.join(","),
-        info.wal_lsn.0
-    )
 }
 
 /// Runs the query on a connection of its own (holding a pool permit), tells `started` how its
@@ -195,7 +168,7 @@ async fn run(
     started: oneshot::Sender<PgResult<SnapshotInfo>>,
     pieces: mpsc::Sender<BodyPiece>,
 ) {
-    let mut conn = match state.query_connection("syncline-subset").await {
+    let mut conn = match state.postgres.query_connection("syncline-subset").await {
         Ok(conn) => conn,
         Err(e) => {
             let _ = started.send(Err(e));
@@ -245,7 +218,7 @@ async fn run(
             (Ok(more), None) => more,
         };
         if !more {
-            piece.extend_from_slice(b"]}");
+            piece.extend_from_slice(wire::SUBSET_END);
         }
         if (piece.len() >= BODY_PIECE_BYTES || !more)
             && pieces

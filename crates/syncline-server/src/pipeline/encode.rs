@@ -1,13 +1,14 @@
-//! A replicated change as the Electric messages one shape stores: key, value, headers.
+//! A replicated change as the Electric messages one shape stores: key, value, headers,
+//! written through `syncline_core::wire`.
 //!
 //! Every stored message starts with `,` so that any run of messages is a valid continuation of
 //! a JSON array: a response body is `[` + the stored bytes without their first comma + `]`.
 
+use syncline_core::wire::{self, KeyChange};
 use syncline_core::{LogOffset, RelationDesc, Value};
-use syncline_pg::snapshot::write_json_string;
 use syncline_storage::Operation;
 
-use crate::shape::{Replica, ShapeDefinition};
+use crate::shapes::{Replica, ShapeDefinition};
 
 /// A message of one shape whose headers are still open: [`PendingMessage::finish`] closes them,
 /// with `"last":true` on the shape's last message of the transaction.
@@ -26,10 +27,7 @@ pub struct PendingMessage {
 impl PendingMessage {
     /// Closes the headers, marking the message as the transaction's last for this shape or not.
     pub fn finish(mut self, last: bool) -> PendingMessage {
-        if last {
-            self.json.extend_from_slice(b",\"last\":true");
-        }
-        self.json.extend_from_slice(b"}}");
+        wire::close_headers(&mut self.json, last);
         self
     }
 }
@@ -70,7 +68,9 @@ pub struct ChangeEncoder {
     key_columns: Vec<usize>,
     /// Whether the table has a primary key (else deletes carry the whole row).
     has_pk: bool,
+    /// `"schema"."table"`.
     key_prefix: Vec<u8>,
+    /// `["schema","table"]`.
     relation_json: Vec<u8>,
     replica: Replica,
 }
@@ -81,12 +81,7 @@ impl ChangeEncoder {
         let positions = definition.column_positions(relation)?;
         let selected = positions
             .iter()
-            .map(|&i| {
-                let mut prefix = Vec::new();
-                write_json_string(&mut prefix, relation.columns[i].name.as_bytes());
-                prefix.push(b':');
-                (i, prefix)
-            })
+            .map(|&i| (i, wire::field_prefix(&relation.columns[i].name)))
             .collect();
         let pk = relation.primary_key();
         let has_pk = !pk.is_empty();
@@ -99,26 +94,12 @@ impl ChangeEncoder {
             by_name.sort_by(|&a, &b| relation.columns[a].name.cmp(&relation.columns[b].name));
             by_name
         };
-        let mut key_prefix = Vec::new();
-        for (i, part) in [&relation.schema, &relation.name].into_iter().enumerate() {
-            if i > 0 {
-                key_prefix.push(b'.');
-            }
-            key_prefix.push(b'"');
-            key_prefix.extend_from_slice(part.as_bytes());
-            key_prefix.push(b'"');
-        }
-        let mut relation_json = b"[".to_vec();
-        write_json_string(&mut relation_json, relation.schema.as_bytes());
-        relation_json.push(b',');
-        write_json_string(&mut relation_json, relation.name.as_bytes());
-        relation_json.push(b']');
         Some(ChangeEncoder {
             selected,
             key_columns,
             has_pk,
-            key_prefix,
-            relation_json,
+            key_prefix: wire::key_prefix(&relation.schema, &relation.name),
+            relation_json: wire::relation_json(&relation.schema, &relation.name),
             replica: definition.replica,
         })
     }
@@ -150,13 +131,13 @@ impl ChangeEncoder {
                 let old_key = self.key(old);
                 let new_key = self.key(new);
                 if old_key != new_key {
-                    let delete = self.delete(old, Some(("key_change_to", &new_key)), ctx, 0);
+                    let delete = self.delete(old, Some((KeyChange::To, &new_key)), ctx, 0);
                     let insert = self.message(
                         Operation::Insert,
                         new,
                         &self.all_fields(),
                         None,
-                        Some(("key_change_from", &old_key)),
+                        Some((KeyChange::From, &old_key)),
                         ctx,
                         1,
                     );
@@ -182,7 +163,7 @@ impl ChangeEncoder {
     fn delete(
         &self,
         old: &[Value],
-        key_change: Option<(&str, &[u8])>,
+        key_change: Option<(KeyChange, &[u8])>,
         ctx: ChangeContext,
         op_delta: u64,
     ) -> PendingMessage {
@@ -218,20 +199,7 @@ impl ChangeEncoder {
     pub fn key(&self, row: &[Value]) -> Vec<u8> {
         let mut key = self.key_prefix.clone();
         for &i in &self.key_columns {
-            key.push(b'/');
-            match row[i].as_text() {
-                None => key.push(b'_'),
-                Some(text) => {
-                    key.push(b'"');
-                    for &b in text {
-                        if b == b'/' {
-                            key.push(b'/');
-                        }
-                        key.push(b);
-                    }
-                    key.push(b'"');
-                }
-            }
+            wire::push_key_part(&mut key, row[i].as_text());
         }
         key
     }
@@ -243,40 +211,29 @@ impl ChangeEncoder {
         row: &[Value],
         fields: &[usize],
         old_value: Option<(&[Value], &[usize])>,
-        key_change: Option<(&str, &[u8])>,
+        key_change: Option<(KeyChange, &[u8])>,
         ctx: ChangeContext,
         op_delta: u64,
     ) -> PendingMessage {
         let key = self.key(row);
         let mut json = Vec::with_capacity(256);
-        json.extend_from_slice(b",{\"key\":");
-        write_json_string(&mut json, &key);
-        json.extend_from_slice(b",\"value\":");
+        json.push(wire::STORED_SEPARATOR);
+        wire::write_message_start(&mut json, &key);
         self.write_object(&mut json, row, fields);
         if let Some((old, changed)) = old_value {
-            json.extend_from_slice(b",\"old_value\":");
+            json.extend_from_slice(wire::OLD_VALUE_FIELD);
             self.write_object(&mut json, old, changed);
         }
-        json.extend_from_slice(b",\"headers\":{\"operation\":\"");
-        json.extend_from_slice(match op {
-            Operation::Insert => b"insert",
-            Operation::Update => b"update",
-            Operation::Delete => b"delete",
-        });
-        json.extend_from_slice(b"\",\"relation\":");
-        json.extend_from_slice(&self.relation_json);
-        if let Some((name, other_key)) = key_change {
-            json.extend_from_slice(b",\"");
-            json.extend_from_slice(name.as_bytes());
-            json.extend_from_slice(b"\":");
-            write_json_string(&mut json, other_key);
+        let operation = match op {
+            Operation::Insert => wire::Operation::Insert,
+            Operation::Update => wire::Operation::Update,
+            Operation::Delete => wire::Operation::Delete,
+        };
+        wire::write_headers_start(&mut json, operation, &self.relation_json);
+        if let Some((side, other_key)) = key_change {
+            wire::write_key_change(&mut json, side, other_key);
         }
-        json.extend_from_slice(b",\"txids\":[");
-        json.extend_from_slice(itoa::Buffer::new().format(ctx.xid).as_bytes());
-        json.extend_from_slice(b"],\"lsn\":\"");
-        json.extend_from_slice(itoa::Buffer::new().format(ctx.lsn).as_bytes());
-        json.extend_from_slice(b"\",\"op_position\":");
-        json.extend_from_slice(itoa::Buffer::new().format(ctx.op + op_delta).as_bytes());
+        wire::write_txn_headers(&mut json, ctx.xid, ctx.lsn, ctx.op + op_delta);
         PendingMessage {
             offset: LogOffset::new(ctx.lsn, ctx.op + op_delta),
             key,
@@ -293,11 +250,172 @@ impl ChangeEncoder {
                 json.push(b',');
             }
             json.extend_from_slice(prefix);
-            match row[*i].as_text() {
-                Some(text) => write_json_string(json, text),
-                None => json.extend_from_slice(b"null"),
-            }
+            wire::write_value(json, row[*i].as_text());
         }
         json.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use syncline_core::{ColumnDesc, PgType, ReplicaIdentity, TypeKind};
+
+    use super::*;
+    use crate::shapes::LogMode;
+
+    fn column(name: &str, pk_index: Option<usize>) -> ColumnDesc {
+        ColumnDesc {
+            name: name.into(),
+            pg_type: PgType {
+                oid: 25,
+                name: "text".into(),
+                kind: TypeKind::Base,
+            },
+            type_mod: -1,
+            not_null: pk_index.is_some(),
+            pk_index,
+            array_dims: 0,
+        }
+    }
+
+    fn encoder(replica: Replica, columns: &[&str]) -> ChangeEncoder {
+        let relation = RelationDesc {
+            oid: 16_384,
+            schema: "public".into(),
+            name: "items".into(),
+            columns: vec![
+                column("id", Some(0)),
+                column("title", None),
+                column("note", None),
+            ],
+            replica_identity: ReplicaIdentity::Full,
+        };
+        let definition = ShapeDefinition {
+            relation_oid: relation.oid,
+            schema: "public".into(),
+            table: "items".into(),
+            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            explicit_columns: false,
+            queryable: None,
+            where_text: None,
+            params: Vec::new(),
+            where_sql: None,
+            replica,
+            compaction: false,
+            log: LogMode::Full,
+        };
+        ChangeEncoder::new(&definition, &relation).unwrap()
+    }
+
+    fn row(values: [Option<&str>; 3]) -> Vec<Value> {
+        values
+            .iter()
+            .map(|v| match v {
+                Some(t) => Value::Text(bytes::Bytes::copy_from_slice(t.as_bytes())),
+                None => Value::Null,
+            })
+            .collect()
+    }
+
+    const CTX: ChangeContext = ChangeContext {
+        xid: 771,
+        lsn: 24_011_432,
+        op: 4,
+    };
+
+    /// The stored bytes of each message, headers closed (the last one marked last).
+    fn stored(encoder: &ChangeEncoder, change: ShapeChange<'_>) -> Vec<String> {
+        let messages = encoder.encode(change, CTX);
+        let n = messages.len();
+        messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| String::from_utf8(m.finish(i + 1 == n).json).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn inserts() {
+        let new = row([Some("1"), Some("a \"b\""), None]);
+        for replica in [Replica::Default, Replica::Full] {
+            assert_eq!(
+                stored(
+                    &encoder(replica, &["id", "title", "note"]),
+                    ShapeChange::Insert(&new)
+                ),
+                [
+                    r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1","title":"a \"b\"","note":null},"headers":{"operation":"insert","relation":["public","items"],"txids":[771],"lsn":"24011432","op_position":4,"last":true}}"#
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn updates_carry_the_key_and_changed_columns_or_the_whole_row() {
+        let old = row([Some("1"), Some("x"), Some("n")]);
+        let new = row([Some("1"), Some("y"), Some("n")]);
+        let change = ShapeChange::Update {
+            old: &old,
+            new: &new,
+        };
+        let columns = ["id", "title", "note"];
+        assert_eq!(
+            stored(&encoder(Replica::Default, &columns), change),
+            [
+                r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1","title":"y"},"headers":{"operation":"update","relation":["public","items"],"txids":[771],"lsn":"24011432","op_position":4,"last":true}}"#
+            ]
+        );
+        assert_eq!(
+            stored(&encoder(Replica::Full, &columns), change),
+            [
+                r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1","title":"y","note":"n"},"old_value":{"title":"x"},"headers":{"operation":"update","relation":["public","items"],"txids":[771],"lsn":"24011432","op_position":4,"last":true}}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn deletes_carry_the_key_or_the_whole_row() {
+        let old = row([Some("1"), Some("x"), None]);
+        let columns = ["id", "title", "note"];
+        assert_eq!(
+            stored(
+                &encoder(Replica::Default, &columns),
+                ShapeChange::Delete(&old)
+            ),
+            [
+                r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1"},"headers":{"operation":"delete","relation":["public","items"],"txids":[771],"lsn":"24011432","op_position":4,"last":true}}"#
+            ]
+        );
+        assert_eq!(
+            stored(&encoder(Replica::Full, &columns), ShapeChange::Delete(&old)),
+            [
+                r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1","title":"x","note":null},"headers":{"operation":"delete","relation":["public","items"],"txids":[771],"lsn":"24011432","op_position":4,"last":true}}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_change_is_a_delete_and_an_insert() {
+        let old = row([Some("1"), Some("x"), None]);
+        let new = row([Some("2/b"), Some("x"), None]);
+        let change = ShapeChange::Update {
+            old: &old,
+            new: &new,
+        };
+        assert_eq!(
+            stored(&encoder(Replica::Default, &["id", "title"]), change),
+            [
+                r#",{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1"},"headers":{"operation":"delete","relation":["public","items"],"key_change_to":"\"public\".\"items\"/\"2//b\"","txids":[771],"lsn":"24011432","op_position":4}}"#,
+                r#",{"key":"\"public\".\"items\"/\"2//b\"","value":{"id":"2/b","title":"x"},"headers":{"operation":"insert","relation":["public","items"],"key_change_from":"\"public\".\"items\"/\"1\"","txids":[771],"lsn":"24011432","op_position":5,"last":true}}"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn an_update_of_unselected_columns_touches_nothing() {
+        let old = row([Some("1"), Some("x"), Some("n")]);
+        let new = row([Some("1"), Some("x"), Some("m")]);
+        assert!(!encoder(Replica::Default, &["id", "title"]).touches(&old, &new));
+        assert!(encoder(Replica::Default, &["id", "note"]).touches(&old, &new));
     }
 }

@@ -3,6 +3,7 @@
 //! holding data up to it is durable.
 
 pub mod encode;
+mod feed;
 mod table;
 
 use std::collections::{HashMap, HashSet};
@@ -13,16 +14,16 @@ use futures_util::FutureExt;
 use syncline_core::{Lsn, PgSnapshot, RelationDesc, Tuple};
 use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream, StreamEvent};
 use syncline_pg::PgResult;
-use syncline_storage::Message;
-use syncline_where::router::{Change, ShapeId};
-use syncline_where::Row;
-use tokio::sync::{mpsc, oneshot};
+use syncline_storage::{Message, StorageError};
+use syncline_where::{Change, Row, ShapeId};
+use tokio::sync::mpsc;
 
-use crate::metrics::lsn_gauge;
-use crate::shape::Shape;
-use crate::state::AppState;
+use crate::metrics::{lsn_gauge, Metrics};
+use crate::progress::Progress;
+use crate::shapes::{Command, Shape, Shapes};
 use encode::{ChangeContext, PendingMessage, ShapeChange};
-use table::{slot_for, PendingTxn, Phase, Slot, Table};
+use feed::{Feed, ShapeLog};
+use table::{slot_for, Slot, Table};
 
 /// Longest time commits wait for a batched flush while more data keeps arriving.
 const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
@@ -30,38 +31,7 @@ const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
 /// only to tables without shapes is not retained) and refreshes its gauges.
 const IDLE_TICK_INTERVAL: Duration = Duration::from_secs(1);
 /// Unix time of the replication protocol's epoch, 2000-01-01, in seconds.
-const PG_EPOCH_UNIX_S: u64 = 946_684_800;
-
-/// What the rest of the server asks of the pipeline.
-pub enum Command {
-    /// Start routing changes to a new shape; they wait in memory until
-    /// [`Command::SnapshotDone`].
-    AddShape {
-        /// The shape.
-        shape: Arc<Shape>,
-        /// Answered once changes are routed to the shape.
-        reply: oneshot::Sender<()>,
-    },
-    /// The shape's snapshot has recorded its visibility.
-    SnapshotStarted {
-        /// The shape's handle.
-        handle: String,
-        /// `pg_current_snapshot()` of the snapshot.
-        visibility: PgSnapshot,
-    },
-    /// The shape's snapshot is complete and durable: append what waited, go live.
-    SnapshotDone {
-        /// The shape's handle.
-        handle: String,
-    },
-    /// Stop routing to a shape (it is being deleted).
-    RemoveShape {
-        /// The shape's handle.
-        handle: String,
-        /// Answered once no change will be appended to it any more.
-        reply: oneshot::Sender<()>,
-    },
-}
+const PG_EPOCH_UNIX_S: i64 = 946_684_800;
 
 /// The transaction being decoded.
 struct Txn {
@@ -73,7 +43,9 @@ struct Txn {
 
 /// The pipeline task's state.
 pub struct Pipeline {
-    state: Arc<AppState>,
+    shapes: Arc<Shapes>,
+    progress: Arc<Progress>,
+    metrics: Arc<Metrics>,
     stream: ResumingStream,
     commands: mpsc::Receiver<Command>,
     tables: HashMap<u32, Table>,
@@ -89,17 +61,48 @@ pub struct Pipeline {
     /// the position processed before the first of them: the acknowledgement stays at or below
     /// it until their log has them, so a crash meanwhile has Postgres send them again.
     holds: HashMap<(u32, ShapeId), Lsn>,
+    /// Why a shape log could not be written for want of space: the pipeline stops.
+    stalled: Option<String>,
+}
+
+/// Why the pipeline stopped.
+pub enum Stop {
+    /// The replication stream failed for good.
+    Postgres(syncline_pg::PgError),
+    /// A shape log could not be written for want of space. Nothing past the last durable
+    /// position was acknowledged; the pipeline is started again from the slot once space
+    /// returns, with the command queue it hands back.
+    StorageFull {
+        /// The storage error.
+        why: String,
+        /// The command queue, for the next pipeline.
+        commands: mpsc::Receiver<Command>,
+    },
+}
+
+/// Whether a storage error means the file system is out of space (or quota).
+fn out_of_space(error: &StorageError) -> bool {
+    match error {
+        StorageError::Io { source, .. } => {
+            matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        }
+        _ => false,
+    }
 }
 
 impl Pipeline {
     /// A pipeline over `stream`, taking commands from `commands`.
     pub fn new(
-        state: Arc<AppState>,
+        shapes: Arc<Shapes>,
+        progress: Arc<Progress>,
+        metrics: Arc<Metrics>,
         stream: ResumingStream,
         commands: mpsc::Receiver<Command>,
     ) -> Pipeline {
         Pipeline {
-            state,
+            shapes,
+            progress,
+            metrics,
             stream,
             commands,
             tables: HashMap::new(),
@@ -111,12 +114,27 @@ impl Pipeline {
             last_end: Lsn::ZERO,
             first_unflushed: None,
             holds: HashMap::new(),
+            stalled: None,
         }
     }
 
-    /// Runs until the stream fails for good (a non-transient error) or the command channel
-    /// closes.
-    pub async fn run(mut self) -> PgResult<()> {
+    /// Runs until the stream fails for good (a non-transient error), a shape log cannot be
+    /// written for want of space, or the command channel closes.
+    pub async fn run(mut self) -> Result<(), Stop> {
+        let result = self.run_until_stopped().await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(match self.stalled.take() {
+                Some(why) => Stop::StorageFull {
+                    why,
+                    commands: self.commands,
+                },
+                None => Stop::Postgres(e),
+            }),
+        }
+    }
+
+    async fn run_until_stopped(&mut self) -> PgResult<()> {
         let mut tick = tokio::time::interval(IDLE_TICK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -138,13 +156,18 @@ impl Pipeline {
                     self.drain_ready()?;
                 }
             }
+            if self.stalled.is_some() {
+                return Err(syncline_pg::PgError::Protocol(
+                    "stopped: storage full".into(),
+                ));
+            }
         }
     }
 
     /// Processes every event already available, then flushes; flushes early when commits have
     /// waited [`FLUSH_DELAY_MAX`].
     fn drain_ready(&mut self) -> PgResult<()> {
-        loop {
+        while self.stalled.is_none() {
             if self
                 .first_unflushed
                 .is_some_and(|t| t.elapsed() >= FLUSH_DELAY_MAX)
@@ -156,7 +179,7 @@ impl Pipeline {
                 None => break,
             }
         }
-        if self.txn.is_none() {
+        if self.txn.is_none() && self.stalled.is_none() {
             self.flush();
         }
         Ok(())
@@ -167,7 +190,7 @@ impl Pipeline {
     /// keepalive carries the decoder's position, past every transaction it has sent). Returns
     /// whether the pipeline is idle, so the caller asks for a fresh keepalive.
     fn idle_tick(&mut self) -> bool {
-        let metrics = &self.state.metrics;
+        let metrics = &self.metrics;
         let server_end = self.stream.server_wal_end();
         let idle = self.txn.is_none()
             && self.dirty.is_empty()
@@ -176,10 +199,10 @@ impl Pipeline {
         if idle {
             let idle_end = server_end.max(self.last_end);
             self.stream.set_flushed(idle_end);
-            self.state.observe_flushed(idle_end);
+            self.progress.observe_flushed(idle_end);
             metrics.flushed_lsn.set(lsn_gauge(idle_end.0));
         }
-        let flushed = self.state.flushed_lsn();
+        let flushed = self.progress.flushed_lsn();
         metrics
             .unacknowledged_wal_bytes
             .set(lsn_gauge(server_end.0.saturating_sub(flushed)));
@@ -189,12 +212,12 @@ impl Pipeline {
     fn command(&mut self, command: Command) {
         match command {
             Command::AddShape { shape, reply } => {
-                self.add_shape(shape, None, false);
+                self.add_shape(shape, Feed::snapshotting());
                 let _ = reply.send(());
             }
             Command::SnapshotStarted { handle, visibility } => {
                 if let Some(slot) = self.slot_mut(&handle) {
-                    slot.visibility = Some(visibility);
+                    slot.feed.snapshot_started(visibility);
                 }
             }
             Command::SnapshotDone { handle } => self.go_live(&handle),
@@ -224,15 +247,10 @@ impl Pipeline {
 
     /// Adds a shape restored from disk (its snapshot is in its log), before [`Pipeline::run`].
     pub fn add_restored(&mut self, shape: Arc<Shape>, visibility: Option<PgSnapshot>) {
-        self.add_shape(shape, visibility, true);
+        self.add_shape(shape, Feed::restored(visibility));
     }
 
-    fn add_shape(
-        &mut self,
-        shape: Arc<Shape>,
-        visibility: Option<PgSnapshot>,
-        snapshot_done: bool,
-    ) {
+    fn add_shape(&mut self, shape: Arc<Shape>, feed: Feed) {
         let oid = shape.definition.relation_oid;
         let relation = shape.relation.clone();
         if self
@@ -251,25 +269,8 @@ impl Pipeline {
                 table.describe(message);
             }
         }
-        // A new shape's log holds nothing from replication yet; a restored one's resume point
-        // is read when a change first reaches it.
-        let (phase, skip_through) = if snapshot_done {
-            (Phase::Live, None)
-        } else {
-            let phase = Phase::Snapshotting {
-                done: Vec::new(),
-                open: Vec::new(),
-            };
-            (phase, Some(0))
-        };
         let handle = shape.handle.clone();
-        let Some(slot) = slot_for(
-            shape.clone(),
-            &table.relation,
-            phase,
-            visibility,
-            skip_through,
-        ) else {
+        let Some(slot) = slot_for(shape.clone(), &table.relation, feed) else {
             self.invalidate(&shape, "the table changed under the shape");
             return;
         };
@@ -290,27 +291,9 @@ impl Pipeline {
             table.describe(message);
         }
         for (id, slot) in old.slots {
-            let Slot {
-                shape,
-                phase,
-                visibility,
-                skip_through,
-                held,
-                in_txn,
-                ..
-            } = slot;
-            match slot_for(
-                shape.clone(),
-                &table.relation,
-                phase,
-                visibility,
-                skip_through,
-            ) {
-                Some(mut slot) => {
-                    slot.held = held;
-                    slot.in_txn = in_txn;
-                    table.add(id, slot);
-                }
+            let Slot { shape, feed, .. } = slot;
+            match slot_for(shape.clone(), &table.relation, feed) {
+                Some(slot) => table.add(id, slot),
                 None => {
                     self.by_handle.remove(&shape.handle);
                     self.invalidate(&shape, "the table changed under the shape");
@@ -347,6 +330,9 @@ impl Pipeline {
             }
             PgOutput::Relation(message) => {
                 let oid = message.oid;
+                if self.tables.contains_key(&oid) {
+                    self.shapes.refresh_table(oid);
+                }
                 if let Some(table) = self.tables.get_mut(&oid) {
                     let broken = table.describe(&message);
                     for id in broken {
@@ -384,19 +370,32 @@ impl Pipeline {
 
     /// Sets the replication lag from a commit's time (microseconds since 2000-01-01).
     fn observe_commit_time(&self, commit_time_us: i64) {
-        let now_us = SystemTime::now()
+        let unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64)
-            - (PG_EPOCH_UNIX_S as i64) * 1_000_000;
-        let lag_s = (now_us - commit_time_us).max(0) as f64 / 1e6;
-        self.state.metrics.replication_lag_seconds.set(lag_s);
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        let now_us = unix_us - PG_EPOCH_UNIX_S * 1_000_000;
+        let lag = Duration::from_micros(u64::try_from(now_us - commit_time_us).unwrap_or(0));
+        let lag_s = lag.as_secs_f64();
+        self.metrics.replication_lag_seconds.set(lag_s);
+    }
+
+    /// With more shape logs open than their bound, makes what is committed durable and closes
+    /// the least recently used idle logs, before a change opens more.
+    fn make_room(&mut self) {
+        if !self.shapes.open_writers_over_bound() {
+            return;
+        }
+        self.first_unflushed.get_or_insert_with(Instant::now);
+        self.flush();
+        tokio::task::block_in_place(|| self.shapes.close_idle_writers());
     }
 
     fn change(&mut self, oid: u32, old: Option<Tuple>, new: Option<Tuple>) {
+        self.make_room();
         let Some(txn) = self.txn.as_mut() else {
             return;
         };
-        self.state.metrics.changes.inc();
+        self.metrics.changes.inc();
         let op = txn.changes * 2;
         txn.changes += 1;
         let ctx = ChangeContext {
@@ -432,23 +431,14 @@ impl Pipeline {
             let Some(slot) = table.slots.get_mut(&id) else {
                 continue;
             };
-            let skip_through = match slot.skip_through {
-                Some(lsn) => lsn,
-                None => match resume_point(&self.state, &slot.shape) {
-                    Ok(lsn) => *slot.skip_through.insert(lsn),
-                    Err(e) => {
-                        failed.push((id, e));
-                        continue;
-                    }
-                },
-            };
-            if ctx.lsn <= skip_through
-                || slot
-                    .visibility
-                    .as_ref()
-                    .is_some_and(|v| v.is_visible(ctx.xid))
-            {
-                continue;
+            let mut log = WriterLog(&slot.shape);
+            match slot.feed.wants(ctx.xid, ctx.lsn, &mut log) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    failed.push((id, e));
+                    continue;
+                }
             }
             let includes = |row: &Option<Row>| {
                 row.as_ref()
@@ -467,20 +457,19 @@ impl Pipeline {
                 _ => continue,
             };
             txn.touched.insert((oid, id));
-            if matches!(slot.phase, Phase::Snapshotting { .. }) {
+            if slot.feed.is_snapshotting() {
                 self.holds.entry((oid, id)).or_insert(self.last_end);
             }
             for message in slot.encoder.encode(shape_change, ctx) {
-                self.state.metrics.shape_messages.inc();
-                if let Some(previous) = slot.held.replace(message) {
-                    if let Err(e) = deliver(&self.state, slot, previous.finish(false)) {
-                        failed.push((id, e));
-                    }
+                self.metrics.shape_messages.inc();
+                if let Err(e) = slot.feed.push(ctx.xid, message, &mut log) {
+                    failed.push((id, e));
+                    break;
                 }
             }
         }
         for (id, e) in failed {
-            self.remove_invalid(oid, id, &format!("storage failed: {e}"));
+            self.storage_failed(oid, id, e);
         }
     }
 
@@ -493,28 +482,22 @@ impl Pipeline {
             let Some(slot) = self.tables.get_mut(&oid).and_then(|t| t.slots.get_mut(&id)) else {
                 continue;
             };
-            let result = slot
-                .held
-                .take()
-                .map_or(Ok(()), |last| deliver(&self.state, slot, last.finish(true)))
-                .and_then(|()| end_transaction(&self.state, slot, txn.xid));
-            match result {
-                Ok(()) => {
+            let mut log = WriterLog(&slot.shape);
+            match slot.feed.commit(txn.xid, &mut log) {
+                Ok(true) => {
                     self.dirty.insert((oid, id));
                 }
+                Ok(false) => {}
                 Err(e) => failed.push((oid, id, e)),
             }
         }
         for (oid, id, e) in failed {
-            self.remove_invalid(oid, id, &format!("storage failed: {e}"));
+            self.storage_failed(oid, id, e);
         }
         self.last_end = self.last_end.max(end_lsn);
-        self.state.observe_lsn(commit_lsn);
-        self.state.metrics.transactions.inc();
-        self.state
-            .metrics
-            .processed_lsn
-            .set(lsn_gauge(commit_lsn.0));
+        self.progress.observe_lsn(commit_lsn);
+        self.metrics.transactions.inc();
+        self.metrics.processed_lsn.set(lsn_gauge(commit_lsn.0));
         self.first_unflushed.get_or_insert_with(Instant::now);
     }
 
@@ -537,18 +520,29 @@ impl Pipeline {
                     continue;
                 };
                 match writer.flush() {
-                    Ok(durable) => slot.shape.update(|s| s.durable = durable),
+                    Ok(durable) => {
+                        // What is acknowledged next must be durable in every log holding it.
+                        assert_eq!(
+                            durable,
+                            writer.last_committed(),
+                            "a flush makes every commit of the log durable"
+                        );
+                        slot.shape.update(|s| s.durable = durable);
+                    }
                     Err(e) => failed.push((oid, id, e)),
                 }
             }
         });
         for (oid, id, e) in failed {
-            self.remove_invalid(oid, id, &format!("storage failed: {e}"));
+            self.storage_failed(oid, id, e);
+        }
+        if self.stalled.is_some() {
+            return;
         }
         let ack = self.ack_position();
         self.stream.set_flushed(ack);
-        self.state.observe_flushed(ack);
-        let metrics = &self.state.metrics;
+        self.progress.observe_flushed(ack);
+        let metrics = &self.metrics;
         metrics.flushed_lsn.set(lsn_gauge(ack.0));
         metrics
             .flush_seconds
@@ -577,12 +571,8 @@ impl Pipeline {
             let Some(slot) = self.tables.get_mut(&oid).and_then(|t| t.slots.get_mut(&id)) else {
                 continue;
             };
-            slot.held = None;
-            if let Phase::Snapshotting { open, .. } = &mut slot.phase {
-                open.clear();
-            }
-            if std::mem::take(&mut slot.in_txn) {
-                slot.shape.writer.lock().close();
+            if slot.feed.interrupted() {
+                slot.shape.writer.lock().discard();
             }
         }
     }
@@ -596,25 +586,13 @@ impl Pipeline {
         let Some(slot) = self.tables.get_mut(&oid).and_then(|t| t.slots.get_mut(&id)) else {
             return;
         };
-        let Phase::Snapshotting { done, open } = std::mem::replace(&mut slot.phase, Phase::Live)
-        else {
+        if !slot.feed.is_snapshotting() {
             return;
-        };
-        let state = &self.state;
+        }
+        let current = self.txn.as_ref().map(|t| t.xid);
         let result = tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
-            let mut guard = slot.shape.writer.lock();
-            let writer = guard.get(&state.store, &state.writer_options)?;
-            let visible = |xid: u32| slot.visibility.as_ref().is_some_and(|v| v.is_visible(xid));
-            for txn in done.iter().filter(|t| !visible(t.xid)) {
-                writer.append(&as_messages(&txn.messages))?;
-                writer.commit()?;
-            }
-            let current = self.txn.as_ref().map(|t| t.xid);
-            if !open.is_empty() && !current.is_some_and(visible) {
-                writer.append(&as_messages(&open))?;
-                slot.in_txn = true;
-            }
-            let durable = writer.flush()?;
+            slot.feed.go_live(current, &mut WriterLog(&slot.shape))?;
+            let durable = slot.shape.writer.lock().get()?.flush()?;
             slot.shape.update(|s| {
                 s.durable = durable;
                 s.snapshot_done = true;
@@ -623,7 +601,20 @@ impl Pipeline {
         });
         self.holds.remove(&(oid, id));
         if let Err(e) = result {
-            self.remove_invalid(oid, id, &format!("storage failed: {e}"));
+            self.storage_failed(oid, id, e);
+        }
+    }
+
+    /// A shape's log could not be written. Out of space (or quota), the pipeline stops before
+    /// acknowledging anything more, and is started again once space returns (Postgres keeps the
+    /// WAL); any other failure is the shape's own: it is invalidated.
+    fn storage_failed(&mut self, oid: u32, id: ShapeId, error: StorageError) {
+        if out_of_space(&error) {
+            if self.stalled.is_none() {
+                self.stalled = Some(error.to_string());
+            }
+        } else {
+            self.remove_invalid(oid, id, &format!("storage failed: {error}"));
         }
     }
 
@@ -643,57 +634,29 @@ impl Pipeline {
         self.invalidate(&slot.shape, why);
     }
 
-    /// Marks a shape gone and removes it from the registry, the metadata and the store.
+    /// Hands a shape the pipeline let go of to the shapes service, which removes it.
     fn invalidate(&self, shape: &Arc<Shape>, why: &str) {
-        tracing::info!(handle = %shape.handle, table = %shape.definition.table, reason = why, "shape invalidated");
-        self.state.discard_shape(shape);
+        self.shapes.invalidate(shape, why);
     }
 }
 
-/// Appends (live) or keeps (snapshot running) one finished message.
-fn deliver(
-    state: &AppState,
-    slot: &mut Slot,
-    message: PendingMessage,
-) -> syncline_storage::Result<()> {
-    match &mut slot.phase {
-        Phase::Snapshotting { open, .. } => {
-            open.push(message);
-            Ok(())
-        }
-        Phase::Live => {
-            slot.in_txn = true;
-            let mut guard = slot.shape.writer.lock();
-            let writer = guard.get(&state.store, &state.writer_options)?;
-            writer.append(&as_messages(std::slice::from_ref(&message)))
-        }
+/// A shape's log writer as a feed's [`ShapeLog`], opened on first use.
+struct WriterLog<'a>(&'a Shape);
+
+impl ShapeLog for WriterLog<'_> {
+    fn append(&mut self, messages: &[PendingMessage]) -> syncline_storage::Result<()> {
+        self.0.writer.lock().get()?.append(&as_messages(messages))
     }
-}
 
-/// Where a restored shape's log ends: transactions committed up to there are already in it.
-fn resume_point(state: &AppState, shape: &Shape) -> syncline_storage::Result<u64> {
-    tokio::task::block_in_place(|| {
-        let mut guard = shape.writer.lock();
-        let writer = guard.get(&state.store, &state.writer_options)?;
-        Ok(writer.last_committed().map_or(0, |o| o.tx))
-    })
-}
+    fn commit(&mut self) -> syncline_storage::Result<()> {
+        self.0.writer.lock().get()?.commit()
+    }
 
-/// Ends the transaction `xid` for a slot: a commit in the log, or a finished pending txn.
-fn end_transaction(state: &AppState, slot: &mut Slot, xid: u32) -> syncline_storage::Result<()> {
-    match &mut slot.phase {
-        Phase::Snapshotting { done, open } => {
-            done.push(PendingTxn {
-                xid,
-                messages: std::mem::take(open),
-            });
-            Ok(())
-        }
-        Phase::Live => {
-            slot.in_txn = false;
-            let mut guard = slot.shape.writer.lock();
-            guard.get(&state.store, &state.writer_options)?.commit()
-        }
+    fn last_committed_lsn(&mut self) -> syncline_storage::Result<u64> {
+        tokio::task::block_in_place(|| {
+            let mut guard = self.0.writer.lock();
+            Ok(guard.get()?.last_committed().map_or(0, |o| o.tx))
+        })
     }
 }
 

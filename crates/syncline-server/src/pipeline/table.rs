@@ -4,36 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use syncline_core::{PgSnapshot, RelationDesc, Value};
+use syncline_core::{RelationDesc, Value};
 use syncline_pg::replication::RelationMessage;
-use syncline_where::router::{Router, ShapeId};
-use syncline_where::{RowTypes, Where};
+use syncline_where::{Router, RowTypes, ShapeId, Where};
 
-use super::encode::{ChangeEncoder, PendingMessage};
-use crate::shape::Shape;
-
-/// A transaction's messages for a shape whose snapshot is still running.
-#[derive(Debug)]
-pub struct PendingTxn {
-    /// The transaction's xid: dropped if the snapshot turns out to have seen it.
-    pub xid: u32,
-    /// Its messages, headers closed.
-    pub messages: Vec<PendingMessage>,
-}
-
-/// Where a shape's changes go.
-#[derive(Debug)]
-pub enum Phase {
-    /// The snapshot is running: changes wait in memory, then follow the snapshot in the log.
-    Snapshotting {
-        /// Committed transactions.
-        done: Vec<PendingTxn>,
-        /// Messages of the transaction in progress.
-        open: Vec<PendingMessage>,
-    },
-    /// Changes are appended to the log as they arrive.
-    Live,
-}
+use super::encode::ChangeEncoder;
+use super::feed::Feed;
+use crate::shapes::Shape;
 
 /// The pipeline's state for one shape.
 pub struct Slot {
@@ -43,18 +20,8 @@ pub struct Slot {
     pub encoder: ChangeEncoder,
     /// Its where clause, checked against the table's layout.
     pub filter: Option<Where>,
-    /// Snapshotting or live.
-    pub phase: Phase,
-    /// The snapshot's visibility: transactions it saw are skipped.
-    pub visibility: Option<PgSnapshot>,
-    /// Transactions committed at or before this LSN are already in the log; `None` until the
-    /// log of a shape restored at start is opened, on the first change that reaches it.
-    pub skip_through: Option<u64>,
-    /// The latest message of the current transaction, held back until it is known whether it
-    /// is the shape's last in the transaction.
-    pub held: Option<PendingMessage>,
-    /// Messages of the current transaction were appended to the writer.
-    pub in_txn: bool,
+    /// Which transactions reach its log, and when.
+    pub feed: Feed,
 }
 
 /// Columns a shape needs from the table: selected, key and where-clause columns.
@@ -169,13 +136,7 @@ impl Table {
 }
 
 /// Builds a shape's slot against `relation`; `None` if the shape no longer fits it.
-pub fn slot_for(
-    shape: Arc<Shape>,
-    relation: &RelationDesc,
-    phase: Phase,
-    visibility: Option<PgSnapshot>,
-    skip_through: Option<u64>,
-) -> Option<Slot> {
+pub fn slot_for(shape: Arc<Shape>, relation: &RelationDesc, feed: Feed) -> Option<Slot> {
     let definition = &shape.definition;
     let encoder = ChangeEncoder::new(definition, relation)?;
     let filter = match &definition.where_text {
@@ -186,10 +147,6 @@ pub fn slot_for(
         shape,
         encoder,
         filter,
-        phase,
-        visibility,
-        skip_through,
-        held: None,
-        in_txn: false,
+        feed,
     })
 }

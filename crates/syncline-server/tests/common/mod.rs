@@ -1,10 +1,16 @@
 //! A private Postgres cluster with a Syncline server in this process, and HTTP helpers.
 
+// Each test binary uses a part of these helpers.
+#![allow(dead_code)]
+
+pub mod process;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use serde_json::Value;
 use syncline_server::config::Config;
+use syncline_server::health::Phase;
 use syncline_server::startup::{start, Server};
 use syncline_testkit::PgCluster;
 use tokio_postgres::Client;
@@ -20,11 +26,12 @@ pub struct Fixture {
     pub storage: tempfile::TempDir,
 }
 
-/// A response: status, headers, parsed JSON body.
+/// A response: status, headers, parsed JSON body and its length in bytes.
 pub struct Reply {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
     pub body: Value,
+    pub len: usize,
 }
 
 impl Reply {
@@ -65,28 +72,20 @@ pub async fn fixture_with(setup: &str, configure: impl FnOnce(&mut Config)) -> F
     let db = cluster.connect("postgres").await;
     db.batch_execute(setup).await.unwrap();
     let storage = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        database_url: cluster.connection_string("postgres"),
-        port: 0,
-        listen_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        secret: None,
-        insecure: true,
-        storage_dir: storage.path().to_owned(),
-        chunk_bytes_threshold: 10_000,
-        long_poll_timeout_ms: 2_000,
-        cache_max_age: 1,
-        cache_stale_age: 3,
-        replication_stream_id: "test".into(),
-        db_pool_size: 4,
-        enable_integration_testing: true,
-        max_shapes: None,
-        max_concurrent_requests: Default::default(),
-        compaction_period_s: 600,
-        prometheus_port: None,
-        log_format: "text".into(),
-    };
+    let mut config = config(&cluster.connection_string("postgres"), storage.path());
     configure(&mut config);
     let server = start(config).await.expect("server starts");
+    for _ in 0..300 {
+        if server.state.health.status().phase == Phase::Active {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        server.state.health.status().phase,
+        Phase::Active,
+        "the server replicates"
+    );
     Fixture {
         _cluster: cluster,
         db,
@@ -112,6 +111,7 @@ impl Fixture {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.unwrap();
+        let len = text.len();
         let body = if text.is_empty() {
             Value::Null
         } else {
@@ -121,6 +121,7 @@ impl Fixture {
             status,
             headers,
             body,
+            len,
         }
     }
 
@@ -143,5 +144,34 @@ impl Fixture {
                 return (handle, offset, changes);
             }
         }
+    }
+}
+
+/// The configuration tests run servers with: a 10,000-byte chunk threshold, a 2 s long-poll
+/// timeout, no secret.
+pub fn config(database_url: &str, storage: &std::path::Path) -> Config {
+    Config {
+        database_url: database_url.to_owned(),
+        port: 0,
+        listen_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        secret: None,
+        insecure: true,
+        storage_dir: storage.to_owned(),
+        chunk_bytes_threshold: 10_000,
+        long_poll_timeout_ms: 2_000,
+        cache_max_age: 1,
+        cache_stale_age: 3,
+        replication_stream_id: "test".into(),
+        db_pool_size: 4,
+        enable_integration_testing: true,
+        max_shapes: None,
+        max_concurrent_requests: Default::default(),
+        compaction_period_s: 600,
+        prometheus_port: None,
+        max_connections: None,
+        open_logs_max: None,
+        http_idle_timeout: Duration::from_secs(60),
+        tcp_send_timeout: Duration::from_secs(30),
+        log_format: "text".into(),
     }
 }

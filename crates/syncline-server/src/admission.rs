@@ -5,12 +5,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use axum::http::HeaderValue;
-use axum::response::Response;
 use prometheus_client::metrics::gauge::Gauge;
 use rand::Rng;
 
-use super::reply::unavailable;
 use crate::config::ConcurrencyLimits;
 use crate::metrics::{KindLabels, Metrics};
 
@@ -82,7 +79,11 @@ impl Admission {
             .is_ok();
         if !admitted {
             metrics.admission_rejected.get_or_create(&labels).inc();
-            return Err(Rejected { kind, limit });
+            return Err(Rejected {
+                kind,
+                limit,
+                retry_after_s: rand::thread_rng().gen_range(RETRY_AFTER_MIN_S..=RETRY_AFTER_MAX_S),
+            });
         }
         let gauge = metrics.admission_in_flight.get_or_create(&labels).clone();
         gauge.inc();
@@ -98,23 +99,18 @@ impl Admission {
 pub struct Rejected {
     kind: Kind,
     limit: usize,
+    /// Seconds the client should wait (6 to 10, drawn at random so clients spread out).
+    pub retry_after_s: u64,
 }
 
 impl Rejected {
-    /// Electric's 503 for it, with a `retry-after` of 6 to 10 seconds.
-    pub fn response(&self) -> Response {
-        let body = format!(
+    /// Electric's 503 body for it.
+    pub fn body(&self) -> String {
+        format!(
             r#"{{"code":"concurrent_request_limit_exceeded","message":"Concurrent {} request limit exceeded (limit: {}), please retry"}}"#,
             self.kind.label(),
             self.limit
-        );
-        let mut response = unavailable(&body);
-        let seconds = rand::thread_rng().gen_range(RETRY_AFTER_MIN_S..=RETRY_AFTER_MAX_S);
-        response.headers_mut().insert(
-            "retry-after",
-            HeaderValue::from_str(&seconds.to_string()).expect("digits"),
-        );
-        response
+        )
     }
 }
 
@@ -130,17 +126,11 @@ mod tests {
             existing: 2,
         });
         let first = admission.enter(Kind::Initial, &metrics).unwrap();
-        let refused = admission
-            .enter(Kind::Initial, &metrics)
-            .unwrap_err()
-            .response();
-        assert_eq!(refused.status(), 503);
-        let retry: u64 = refused.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!((RETRY_AFTER_MIN_S..=RETRY_AFTER_MAX_S).contains(&retry));
+        let refused = admission.enter(Kind::Initial, &metrics).unwrap_err();
+        assert!((RETRY_AFTER_MIN_S..=RETRY_AFTER_MAX_S).contains(&refused.retry_after_s));
+        assert!(refused
+            .body()
+            .contains("Concurrent initial request limit exceeded (limit: 1)"));
         let _a = admission.enter(Kind::Existing, &metrics).unwrap();
         let _b = admission.enter(Kind::Existing, &metrics).unwrap();
         assert!(admission.enter(Kind::Existing, &metrics).is_err());

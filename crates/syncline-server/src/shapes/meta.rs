@@ -1,5 +1,6 @@
 //! Per-shape metadata on disk: the handle, the definition and the snapshot's position, so a
-//! restarted server resumes every shape without redoing its snapshot.
+//! restarted server resumes every shape without redoing its snapshot. The format and how it
+//! stays consistent with the shape logs are in `docs/storage-format.md` ("Shape metadata").
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -10,9 +11,22 @@ use syncline_core::{PgSnapshot, RelationDesc};
 
 use super::definition::ShapeDefinition;
 
+/// The metadata format this build writes. Version 2 marks logs whose snapshot fills chunks of
+/// its own (served at Electric's `0_k` offsets); a restart drops version 1 shapes, whose clients
+/// hold offsets of the older layout, and they start again.
+pub const META_VERSION: u32 = 2;
+
+/// Files written before the version field existed are version 1.
+fn unversioned() -> u32 {
+    1
+}
+
 /// What is kept about a shape beside its log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShapeMeta {
+    /// The format version ([`META_VERSION`]).
+    #[serde(default = "unversioned")]
+    pub version: u32,
     /// The shape's handle (also its log's id in the store).
     pub handle: String,
     /// The definition.
@@ -31,6 +45,24 @@ pub struct ShapeMeta {
 }
 
 impl ShapeMeta {
+    /// The metadata of a shape at some point of its life.
+    pub fn new(
+        handle: &str,
+        definition: &ShapeDefinition,
+        relation: &RelationDesc,
+        snapshot: Option<&PgSnapshot>,
+        snapshot_complete: bool,
+    ) -> ShapeMeta {
+        ShapeMeta {
+            version: META_VERSION,
+            handle: handle.to_owned(),
+            definition: definition.clone(),
+            relation: Some(relation.clone()),
+            snapshot: snapshot.map(PgSnapshot::to_string),
+            snapshot_complete,
+        }
+    }
+
     /// The parsed snapshot, if recorded.
     pub fn pg_snapshot(&self) -> Option<PgSnapshot> {
         self.snapshot.as_deref().and_then(|s| s.parse().ok())
@@ -72,15 +104,30 @@ impl MetaDir {
         }
     }
 
-    /// Every stored shape's metadata; unreadable files are logged and skipped.
+    /// Every stored shape's metadata; unreadable files are logged and skipped (their shapes
+    /// are gone). Metadata of a newer format is an error: a downgrade must not drop shapes it
+    /// does not understand.
     pub fn load_all(&self) -> io::Result<Vec<ShapeMeta>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("json") {
-                continue;
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("json") => {}
+                // A save cut short by a crash; the file it was replacing is intact.
+                Some("tmp") => {
+                    fs::remove_file(&path)?;
+                    continue;
+                }
+                _ => continue,
             }
             match fs::read(&path).map(|b| serde_json::from_slice::<ShapeMeta>(&b)) {
+                Ok(Ok(meta)) if meta.version > META_VERSION => {
+                    return Err(io::Error::other(format!(
+                        "{} has metadata version {}; this Syncline reads version {META_VERSION} and older",
+                        path.display(),
+                        meta.version
+                    )))
+                }
                 Ok(Ok(meta)) => out.push(meta),
                 Ok(Err(e)) => {
                     tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata; skipped")

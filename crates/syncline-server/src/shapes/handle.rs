@@ -12,7 +12,7 @@ static LAST_US: AtomicU64 = AtomicU64::new(0);
 pub fn mint(identity: &str) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     let mut last = LAST_US.load(Ordering::Relaxed);
     let us = loop {
         let next = now.max(last + 1);

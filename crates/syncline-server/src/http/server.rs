@@ -1,0 +1,252 @@
+//! Serving connections: HTTP/1.1 over accepted TCP connections, bounded so that no kind of
+//! client can make the server unreachable.
+//!
+//! - At most `max_connections` connections are served; [`RESERVED_CONNECTIONS`] more are
+//!   accepted for `/v1/health` and `/metrics` only (anything else on them gets 503), and past
+//!   those a connection is closed as soon as it is accepted.
+//! - A connection that sends no complete request head within the idle timeout is closed, also
+//!   between requests (slowloris and idle keep-alive alike).
+//! - A response write that makes no progress for `ELECTRIC_TCP_SEND_TIMEOUT` closes the
+//!   connection (a client that stopped reading gives back its descriptor and its buffers).
+//! - When the process runs out of descriptors, accept keeps working: a spare descriptor is
+//!   given up to accept and close the waiting connection, so the backlog drains.
+
+use std::fs::File;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+/// Connections accepted past the limit for `/v1/health` and `/metrics` only (enough that a
+/// health check finds one free while a flood of connections is being turned away).
+pub const RESERVED_CONNECTIONS: usize = 128;
+/// Pause after an accept error, so a persistent one does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
+/// Shortest interval between two log lines about accept errors.
+const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How connections are bounded.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections served at once (more get only health and metrics).
+    pub max_connections: usize,
+    /// Longest wait for a complete request head, also between requests.
+    pub idle_timeout: Duration,
+    /// Longest time a response write may make no progress.
+    pub send_timeout: Duration,
+}
+
+/// A request's connection was accepted over the limit: only health and metrics are served.
+#[derive(Debug, Clone, Copy)]
+pub struct OverLimit;
+
+/// Accepts and serves connections on `listener` with `app` for as long as the server runs.
+pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut spare = File::open("/dev/null").ok();
+    let mut last_logged: Option<Instant> = None;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                if last_logged.is_none_or(|t| t.elapsed() >= ACCEPT_ERROR_LOG_INTERVAL) {
+                    tracing::warn!(error = %e, open = open.load(Ordering::Relaxed), "accept failed; connections past the limit are closed at once");
+                    last_logged = Some(Instant::now());
+                }
+                if out_of_files && spare.take().is_some() {
+                    // With the spare descriptor free, take the waiting connection and close it.
+                    drop(listener.accept().await);
+                    spare = File::open("/dev/null").ok();
+                }
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let count = open.fetch_add(1, Ordering::AcqRel);
+        let guard = OpenConnection(open.clone());
+        if count >= limits.max_connections + RESERVED_CONNECTIONS {
+            drop((stream, guard));
+            continue;
+        }
+        let over_limit = count >= limits.max_connections;
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            serve_connection(stream, app, limits, over_limit).await;
+            drop(guard);
+        });
+    }
+}
+
+/// Counts an open connection until dropped.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    limits: ConnectionLimits,
+    over_limit: bool,
+) {
+    let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        if over_limit {
+            request.extensions_mut().insert(OverLimit);
+        }
+        app.clone().oneshot(request)
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .serve_connection(io, service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "connection closed");
+    }
+}
+
+/// A stream whose writes fail once they have made no progress for the send timeout.
+struct SendTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> SendTimeout<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        SendTimeout {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// After a write that could not proceed: fails once it has waited the timeout.
+    fn check_stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let timeout = self.timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client stopped reading the response",
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SendTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for SendTimeout<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => self.check_stalled(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => self.check_stalled(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => self.check_stalled(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The default connection limit for an open-files limit of `open_files`: three quarters of it,
+/// the rest being left for shape logs, Postgres connections and the reserve.
+pub fn default_max_connections(open_files: u64) -> usize {
+    let quarter = open_files / 4;
+    usize::try_from(open_files - quarter)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVED_CONNECTIONS)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_limits_leave_room_for_files() {
+        assert_eq!(default_max_connections(1024), 768 - RESERVED_CONNECTIONS);
+        assert_eq!(default_max_connections(8), 1);
+        assert_eq!(
+            default_max_connections(1 << 20),
+            786_432 - RESERVED_CONNECTIONS
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_proceeds_times_out() {
+        let (client, server) = tokio::io::duplex(16);
+        let mut stream = SendTimeout::new(server, Duration::from_secs(30));
+        let writing = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            stream.write_all(&[0u8; 1024]).await
+        });
+        let error = writing.await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        drop(client);
+    }
+}

@@ -1,0 +1,157 @@
+//! Postgres access for everything but the replication stream: the catalog connection, query
+//! connections for snapshots and subsets (bounded by `ELECTRIC_DB_POOL_SIZE`), relation
+//! loading and publication membership.
+
+use std::sync::Arc;
+
+use syncline_core::RelationDesc;
+use syncline_pg::wire::{Mode, WireConnection};
+use syncline_pg::{ConnConfig, PgResult};
+use tokio::sync::{AcquireError, Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio_postgres::Client;
+
+/// What decides whether shapes may be made on a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableFacts {
+    /// Row-level security policies apply to this server's role (`row_security_active`).
+    pub row_security: bool,
+    /// Generated columns, in table order (Postgres 15 does not replicate them).
+    pub generated: Vec<String>,
+}
+
+/// The server's ordinary Postgres connections.
+pub struct Postgres {
+    config: ConnConfig,
+    publication: String,
+    /// Bounds concurrent snapshots and subset queries (each holds a connection).
+    query_permits: Arc<Semaphore>,
+    admin: Mutex<Option<Client>>,
+}
+
+impl Postgres {
+    /// Access to the database `config` names, publishing tables in `publication`, with at most
+    /// `pool_size` query connections at once.
+    pub fn new(config: ConnConfig, publication: String, pool_size: usize) -> Postgres {
+        Postgres {
+            config,
+            publication,
+            query_permits: Arc::new(Semaphore::new(pool_size)),
+            admin: Mutex::new(None),
+        }
+    }
+
+    /// The connection settings.
+    pub fn config(&self) -> &ConnConfig {
+        &self.config
+    }
+
+    /// The publication replication reads.
+    pub fn publication(&self) -> &str {
+        &self.publication
+    }
+
+    /// Waits for a free query connection slot; fails only when the server is shutting down.
+    pub async fn query_permit(&self) -> Result<OwnedSemaphorePermit, AcquireError> {
+        self.query_permits.clone().acquire_owned().await
+    }
+
+    /// A new query connection with Electric's session settings (text output formats, UTC),
+    /// for a snapshot or a subset query.
+    pub async fn query_connection(&self, application_name: &str) -> PgResult<WireConnection> {
+        let mut conn = WireConnection::connect(&self.config, application_name, Mode::Query).await?;
+        conn.simple_query(&syncline_pg::conn::session_settings_sql())
+            .await?;
+        Ok(conn)
+    }
+
+    /// Runs `f` with the catalog connection, connecting first if needed; a failed connection
+    /// is dropped so the next call reconnects.
+    async fn with_admin<T>(&self, f: impl AsyncFnOnce(&Client) -> PgResult<T>) -> PgResult<T> {
+        let mut guard = self.admin.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(syncline_pg::connect(&self.config).await?);
+        }
+        let client = guard.as_ref().expect("connected above");
+        let result = f(client).await;
+        if result.is_err() && client.is_closed() {
+            *guard = None;
+        }
+        result
+    }
+
+    /// Creates the publication unless it exists.
+    pub async fn ensure_publication(&self) -> PgResult<()> {
+        self.with_admin(async |c| {
+            syncline_pg::publication::ensure_publication(c, &self.publication).await
+        })
+        .await
+    }
+
+    /// Adds `relation` to the publication (with `REPLICA IDENTITY FULL`) unless it is in it.
+    pub async fn publish(&self, relation: &RelationDesc) -> PgResult<()> {
+        self.with_admin(async |c| {
+            syncline_pg::publication::add_table(
+                c,
+                &self.publication,
+                &relation.schema,
+                &relation.name,
+                true,
+            )
+            .await
+        })
+        .await
+    }
+
+    /// Describes `schema.table`, `None` if there is no such table.
+    pub async fn load_relation(&self, schema: &str, table: &str) -> PgResult<Option<RelationDesc>> {
+        self.with_admin(async |c| syncline_pg::catalog::load_relation(c, schema, table).await)
+            .await
+    }
+
+    /// What decides whether shapes may be made on the table `oid`.
+    pub async fn table_facts(&self, oid: u32) -> PgResult<TableFacts> {
+        self.with_admin(async |c| {
+            let row = c
+                .query_one(
+                    "SELECT row_security_active($1::oid::regclass), \
+                       ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = $1 \
+                             AND attnum > 0 AND NOT attisdropped AND attgenerated <> '' \
+                             ORDER BY attnum)",
+                    &[&oid],
+                )
+                .await?;
+            Ok(TableFacts {
+                row_security: row.get(0),
+                generated: row.get(1),
+            })
+        })
+        .await
+    }
+
+    /// The partitions of the table `oid` at every level (none for a plain table).
+    pub async fn partitions(&self, oid: u32) -> PgResult<Vec<u32>> {
+        self.with_admin(async |c| syncline_pg::publication::partitions(c, oid).await)
+            .await
+    }
+
+    /// The OID of the table `schema.name`, `None` if there is none.
+    pub async fn table_oid(&self, schema: &str, name: &str) -> PgResult<Option<u32>> {
+        self.with_admin(async |c| {
+            let row = c
+                .query_opt(
+                    "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+                    &[&schema, &name],
+                )
+                .await?;
+            Ok(row.map(|r| r.get(0)))
+        })
+        .await
+    }
+
+    /// Describes the table with `oid`, `None` if there is none.
+    pub async fn load_relation_by_oid(&self, oid: u32) -> PgResult<Option<RelationDesc>> {
+        self.with_admin(async |c| syncline_pg::catalog::load_relation_by_oid(c, oid).await)
+            .await
+    }
+}

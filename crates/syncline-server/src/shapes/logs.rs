@@ -1,0 +1,118 @@
+//! The shape logs: the store and the settings every writer is opened with, shared by every
+//! shape so each can open its own writer and readers.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+
+use syncline_storage::{Reader, Store, Writer, WriterOptions};
+
+/// The probe file of [`Logs::probe_writable`] (a dot name: never a shape's).
+const PROBE_FILE: &str = ".write-probe";
+/// Bytes the probe writes: room for a little more than one transaction's flush.
+const PROBE_BYTES: usize = 1 << 20;
+
+/// The store of shape logs, with the writer settings, and the count of open writers.
+#[derive(Debug)]
+pub struct Logs {
+    store: Store,
+    options: WriterOptions,
+    /// Writers open now.
+    open_writers: AtomicUsize,
+    /// Writers kept open before the least recently used idle ones are closed.
+    open_writers_max: usize,
+    /// A logical clock for writers' last use.
+    clock: AtomicU64,
+    /// Woken when a writer opens past the bound.
+    over_bound: Notify,
+}
+
+impl Logs {
+    /// The logs in `store`, written with `options`, with at most about `open_writers_max`
+    /// writers open at once.
+    pub fn new(store: Store, options: WriterOptions, open_writers_max: usize) -> Logs {
+        Logs {
+            store,
+            options,
+            open_writers: AtomicUsize::new(0),
+            open_writers_max,
+            clock: AtomicU64::new(0),
+            over_bound: Notify::new(),
+        }
+    }
+
+    /// The next tick of the writers' clock.
+    pub fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A writer was opened.
+    pub fn writer_opened(&self) {
+        let open = self.open_writers.fetch_add(1, Ordering::Relaxed) + 1;
+        if open > self.open_writers_max {
+            self.over_bound.notify_one();
+        }
+    }
+
+    /// Waits until a writer opens past the bound.
+    pub async fn opened_past_bound(&self) {
+        self.over_bound.notified().await;
+    }
+
+    /// A writer was closed.
+    pub fn writer_closed(&self) {
+        let before = self.open_writers.fetch_sub(1, Ordering::Relaxed);
+        assert!(before > 0, "more writers closed than opened");
+    }
+
+    /// How many writers are open past the bound (0 if none).
+    pub fn open_writers_over(&self) -> usize {
+        self.open_writers
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.open_writers_max)
+    }
+
+    /// Writers open now.
+    pub fn open_writers(&self) -> usize {
+        self.open_writers.load(Ordering::Relaxed)
+    }
+
+    /// Creates the log of a new shape.
+    pub fn create(&self, handle: &str) -> syncline_storage::Result<Writer> {
+        self.store.create_shape(handle, &self.options)
+    }
+
+    /// Opens the writer of an existing log (recovering it).
+    pub fn open_writer(&self, handle: &str) -> syncline_storage::Result<Writer> {
+        self.store.open_writer(handle, &self.options)
+    }
+
+    /// Opens a reader of an existing log.
+    pub fn open_reader(&self, handle: &str) -> syncline_storage::Result<Reader> {
+        self.store.open_reader(handle)
+    }
+
+    /// Deletes a log.
+    pub fn delete(&self, handle: &str) -> syncline_storage::Result<()> {
+        self.store.delete_shape(handle)
+    }
+
+    /// Checks that the file system takes writes: writes, syncs and removes a probe file of
+    /// [`PROBE_BYTES`] beside the logs.
+    pub fn probe_writable(&self) -> std::io::Result<()> {
+        let path = self.store.root().join(PROBE_FILE);
+        let result = (|| {
+            let mut file = std::fs::File::create(&path)?;
+            file.write_all(&vec![0u8; PROBE_BYTES])?;
+            file.sync_all()
+        })();
+        let removed = std::fs::remove_file(&path);
+        result.and(removed)
+    }
+
+    /// Every stored log's handle.
+    pub fn list(&self) -> syncline_storage::Result<Vec<String>> {
+        self.store.list_shapes()
+    }
+}

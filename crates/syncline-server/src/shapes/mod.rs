@@ -1,0 +1,685 @@
+//! Shapes and their lifecycle. [`Shapes`] alone creates, restores, resolves, evicts,
+//! invalidates and deletes shapes; it owns the registry, the metadata, the shape logs and the
+//! pipeline's command channel. The pipeline, the snapshot task and HTTP go through it.
+//!
+//! A shape's life (`docs/architecture.md` draws it):
+//! created (metadata, empty log, routed by the pipeline) → snapshotting (queued for the
+//! snapshot task) → live (snapshot durable, changes appended as they commit) → gone
+//! (invalidated, evicted, deleted, or its snapshot failed: requests get 409 or the error).
+//! A restart restores every stored shape whose snapshot completed as live, and removes the
+//! rest.
+
+mod command;
+mod definition;
+mod handle;
+mod logs;
+mod meta;
+mod registry;
+mod shape;
+mod writer;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use syncline_core::{PgSnapshot, RelationDesc};
+use syncline_pg::{ErrorKind, PgError};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::postgres::Postgres;
+pub use command::Command;
+pub use definition::{LogMode, Replica, ShapeDefinition};
+pub use logs::Logs;
+pub use meta::ShapeMeta;
+pub use meta::{MetaDir, META_VERSION};
+use registry::Registry;
+pub use shape::{Blame, Failure, Shape, ShapeState};
+use writer::SharedWriter;
+
+/// How long a refusal to publish a table is remembered.
+pub const PUBLISH_REFUSAL_TTL: Duration = Duration::from_secs(10);
+
+/// First delay between checks that full shape storage takes writes again.
+const WRITABLE_PROBE_DELAY_MIN: Duration = Duration::from_millis(250);
+/// Longest delay between those checks.
+const WRITABLE_PROBE_DELAY_MAX: Duration = Duration::from_secs(5);
+
+/// Why a shape could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// Postgres failed (catalog, publication).
+    #[error("{0}")]
+    Postgres(#[from] PgError),
+    /// The shape log could not be created.
+    #[error("{0}")]
+    Storage(#[from] syncline_storage::StorageError),
+    /// The metadata could not be written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The pipeline has stopped.
+    #[error("the replication pipeline is not running")]
+    PipelineDown,
+    /// Postgres refused to publish the table a moment ago (the refusal is remembered for
+    /// [`PUBLISH_REFUSAL_TTL`], so failing requests do not keep asking).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Why a snapshot step could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The metadata could not be written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The shape is gone, or the pipeline has stopped.
+    #[error("the shape was removed")]
+    Removed,
+}
+
+/// A stored shape restored at start, with the visibility of its snapshot (the pipeline skips
+/// the transactions it saw).
+pub type Restored = (Arc<Shape>, Option<PgSnapshot>);
+
+/// The lifecycle owner; see the module documentation.
+pub struct Shapes {
+    logs: Arc<Logs>,
+    meta: MetaDir,
+    postgres: Arc<Postgres>,
+    registry: Mutex<Registry>,
+    commands: mpsc::Sender<Command>,
+    snapshots: mpsc::UnboundedSender<Arc<Shape>>,
+    create_lock: tokio::sync::Mutex<()>,
+    max_shapes: Option<usize>,
+    /// Tables Postgres refused to publish, by OID: when, and why.
+    publish_refusals: Mutex<HashMap<u32, (Instant, String)>>,
+    /// The partitions of each partitioned table with shapes, as last seen: attaching or
+    /// detaching one changes the table's rows without a word on the replication stream.
+    partitions: Mutex<HashMap<u32, Vec<u32>>>,
+}
+
+impl Shapes {
+    /// The shapes kept in `logs` and `meta`. New shapes are announced to the pipeline on
+    /// `commands` and queued for their snapshot on `snapshots`; past `max_shapes` the least
+    /// recently used are evicted.
+    pub fn new(
+        logs: Logs,
+        meta: MetaDir,
+        postgres: Arc<Postgres>,
+        commands: mpsc::Sender<Command>,
+        snapshots: mpsc::UnboundedSender<Arc<Shape>>,
+        max_shapes: Option<usize>,
+    ) -> Shapes {
+        Shapes {
+            logs: Arc::new(logs),
+            meta,
+            postgres,
+            registry: Mutex::new(Registry::default()),
+            commands,
+            snapshots,
+            create_lock: tokio::sync::Mutex::new(()),
+            max_shapes,
+            publish_refusals: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().expect("registry lock")
+    }
+
+    /// The live shape with this handle.
+    pub fn by_handle(&self, handle: &str) -> Option<Arc<Shape>> {
+        self.registry().by_handle(handle)
+    }
+
+    /// The live shape with this definition.
+    pub fn by_definition(&self, definition: &ShapeDefinition) -> Option<Arc<Shape>> {
+        self.registry().by_identity(&definition.identity())
+    }
+
+    /// Every live shape.
+    pub fn all(&self) -> Vec<Arc<Shape>> {
+        self.registry().all()
+    }
+
+    /// How many shapes are live.
+    pub fn len(&self) -> usize {
+        self.registry().len()
+    }
+
+    /// Whether no shape is live.
+    pub fn is_empty(&self) -> bool {
+        self.registry().is_empty()
+    }
+
+    /// Registers every stored shape whose snapshot completed, from disk alone (no Postgres:
+    /// requests for them can be served before the database is reachable), without opening
+    /// their logs (that happens when a change or a request first needs it). Removes stored
+    /// shapes whose snapshot did not complete, and logs without metadata: their clients get 409
+    /// and start again. Returns the shapes restored and those whose metadata predates the record
+    /// of their table, which [`Shapes::check_restored`] restores against the catalog.
+    pub fn restore(&self) -> Result<(Vec<Restored>, Vec<ShapeMeta>), String> {
+        tokio::task::block_in_place(|| {
+            let metas = self
+                .meta
+                .load_all()
+                .map_err(|e| format!("reading shape metadata: {e}"))?;
+            let mut restored = Vec::new();
+            let mut unrecorded = Vec::new();
+            let mut kept = HashSet::new();
+            for meta in metas {
+                handle::observe(&meta.handle);
+                if !meta.snapshot_complete {
+                    tracing::info!(handle = %meta.handle, "stored shape dropped: its snapshot did not complete");
+                    self.remove_stored(&meta.handle);
+                    continue;
+                }
+                if meta.version < META_VERSION {
+                    tracing::info!(handle = %meta.handle, version = meta.version, "stored shape dropped: written by an older Syncline whose snapshot offsets differ");
+                    self.remove_stored(&meta.handle);
+                    continue;
+                }
+                kept.insert(meta.handle.clone());
+                match meta.relation.clone() {
+                    Some(relation) => restored.push(self.register_stored(&meta, relation)),
+                    None => unrecorded.push(meta),
+                }
+            }
+            let stored = self
+                .logs
+                .list()
+                .map_err(|e| format!("listing shape logs: {e}"))?;
+            for orphan in stored.into_iter().filter(|h| !kept.contains(h)) {
+                tracing::info!(handle = %orphan, "shape log without metadata removed");
+                self.remove_stored(&orphan);
+            }
+            Ok((restored, unrecorded))
+        })
+    }
+
+    /// Checks restored shapes against the catalog as it is now: those whose table is gone or
+    /// changed under them are invalidated; shapes whose metadata predates the record of their
+    /// table are registered with the table as it is. Returns the shapes to route to. One
+    /// catalog lookup per table.
+    pub async fn check_restored(
+        &self,
+        restored: Vec<Restored>,
+        unrecorded: Vec<ShapeMeta>,
+    ) -> Result<Vec<Restored>, PgError> {
+        let mut relations: HashMap<u32, Option<RelationDesc>> = HashMap::new();
+        for oid in restored
+            .iter()
+            .map(|(s, _)| s.definition.relation_oid)
+            .chain(unrecorded.iter().map(|m| m.definition.relation_oid))
+        {
+            if let std::collections::hash_map::Entry::Vacant(entry) = relations.entry(oid) {
+                entry.insert(self.postgres.load_relation_by_oid(oid).await?);
+            }
+        }
+        let mut kept = Vec::new();
+        for (shape, visibility) in restored {
+            let now = &relations[&shape.definition.relation_oid];
+            if now
+                .as_ref()
+                .is_some_and(|now| shape.definition.fits(&shape.relation, now))
+            {
+                kept.push((shape, visibility));
+            } else {
+                self.invalidate(&shape, "its table changed or is gone");
+            }
+        }
+        for meta in unrecorded {
+            match &relations[&meta.definition.relation_oid] {
+                Some(now) => kept.push(self.register_stored(&meta, now.clone())),
+                None => {
+                    tracing::info!(handle = %meta.handle, "stored shape dropped: its table is gone");
+                    tokio::task::block_in_place(|| self.remove_stored(&meta.handle));
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Registers a stored shape made on `relation`, its log unopened.
+    fn register_stored(&self, meta: &ShapeMeta, relation: RelationDesc) -> Restored {
+        let shape = Arc::new(Shape::new(
+            meta.handle.clone(),
+            meta.definition.clone(),
+            relation,
+            self.logs.clone(),
+            SharedWriter::new(&meta.handle, self.logs.clone(), None),
+            ShapeState {
+                snapshot_done: true,
+                ..ShapeState::default()
+            },
+        ));
+        let visibility = meta.pg_snapshot();
+        if let Some(v) = &visibility {
+            shape.set_visibility(v.clone());
+        }
+        self.registry().insert(shape.clone());
+        (shape, visibility)
+    }
+
+    /// The live shape for `definition`, creating it (and queueing its snapshot) if there is
+    /// none.
+    pub async fn get_or_create(
+        self: &Arc<Self>,
+        definition: ShapeDefinition,
+        relation: RelationDesc,
+    ) -> Result<Arc<Shape>, CreateError> {
+        if let Some(shape) = self.by_definition(&definition) {
+            return Ok(shape);
+        }
+        // Publishing is idempotent: done before the lock, so a table that cannot be published
+        // never holds up the creation of other shapes.
+        self.publish(&relation).await?;
+        let _creating = self.create_lock.lock().await;
+        if let Some(shape) = self.by_definition(&definition) {
+            return Ok(shape);
+        }
+        self.evict_for_new();
+        let handle = handle::mint(&definition.identity());
+        // Metadata first: a crash before the log exists leaves metadata of an incomplete
+        // snapshot, which restore removes; a log never exists without metadata but briefly
+        // during deletion, and restore removes such logs.
+        let writer = tokio::task::block_in_place(|| -> Result<_, CreateError> {
+            self.meta.save(&ShapeMeta::new(
+                &handle,
+                &definition,
+                &relation,
+                None,
+                false,
+            ))?;
+            Ok(self.logs.create(&handle)?)
+        })?;
+        let shape = Arc::new(Shape::new(
+            handle.clone(),
+            definition,
+            relation,
+            self.logs.clone(),
+            SharedWriter::new(&handle, self.logs.clone(), Some(writer)),
+            ShapeState::default(),
+        ));
+        self.registry().insert(shape.clone());
+        let (reply, added) = oneshot::channel();
+        let command = Command::AddShape {
+            shape: shape.clone(),
+            reply,
+        };
+        if self.commands.send(command).await.is_err() || added.await.is_err() {
+            self.discard(&shape);
+            return Err(CreateError::PipelineDown);
+        }
+        tracing::info!(handle = %shape.handle, table = %shape.definition.table, "shape created");
+        if self.snapshots.send(shape.clone()).is_err() {
+            self.delete(&shape).await;
+            return Err(CreateError::PipelineDown);
+        }
+        Ok(shape)
+    }
+
+    /// Adds the table to the publication, or says why Postgres refused (remembered a while:
+    /// requests for a table that cannot be published fail at once).
+    async fn publish(&self, relation: &RelationDesc) -> Result<(), CreateError> {
+        let refused = |refusals: &mut HashMap<u32, (Instant, String)>| {
+            refusals.retain(|_, (at, _)| at.elapsed() < PUBLISH_REFUSAL_TTL);
+            refusals.get(&relation.oid).map(|(_, why)| why.clone())
+        };
+        if let Some(why) = refused(&mut self.publish_refusals.lock().expect("refusals lock")) {
+            return Err(CreateError::Refused(why));
+        }
+        match self.postgres.publish(relation).await {
+            Ok(()) => {
+                let partitions = self.postgres.partitions(relation.oid).await?;
+                self.partitions
+                    .lock()
+                    .expect("partitions lock")
+                    .entry(relation.oid)
+                    .or_insert(partitions);
+                Ok(())
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::Unavailable) => Err(e.into()),
+            Err(e) => {
+                let why = format!(
+                    "Syncline cannot add table {}.{} to its publication: {}",
+                    relation.schema,
+                    relation.name,
+                    e.server_message()
+                        .map_or_else(|| e.to_string(), str::to_owned)
+                );
+                tracing::warn!(table = %relation.name, error = %e, "table cannot be published");
+                self.publish_refusals
+                    .lock()
+                    .expect("refusals lock")
+                    .insert(relation.oid, (Instant::now(), why.clone()));
+                Err(CreateError::Refused(why))
+            }
+        }
+    }
+
+    /// The snapshot of `shape` recorded its visibility: kept in the metadata (a restart skips
+    /// the transactions it saw) and told to the pipeline.
+    pub async fn snapshot_started(
+        &self,
+        shape: &Shape,
+        visibility: &PgSnapshot,
+    ) -> Result<(), StepError> {
+        let meta = ShapeMeta::new(
+            &shape.handle,
+            &shape.definition,
+            &shape.relation,
+            Some(visibility),
+            false,
+        );
+        tokio::task::block_in_place(|| self.meta.save(&meta))?;
+        shape.set_visibility(visibility.clone());
+        let started = Command::SnapshotStarted {
+            handle: shape.handle.clone(),
+            visibility: visibility.clone(),
+        };
+        self.commands
+            .send(started)
+            .await
+            .map_err(|_| StepError::Removed)
+    }
+
+    /// The snapshot of `shape` is complete and durable in its log: the metadata says so (a
+    /// restart resumes the shape), and the pipeline appends what waited and goes live.
+    pub async fn snapshot_complete(
+        &self,
+        shape: &Shape,
+        visibility: &PgSnapshot,
+    ) -> Result<(), StepError> {
+        let meta = ShapeMeta::new(
+            &shape.handle,
+            &shape.definition,
+            &shape.relation,
+            Some(visibility),
+            true,
+        );
+        tokio::task::block_in_place(|| self.meta.save(&meta))?;
+        let done = Command::SnapshotDone {
+            handle: shape.handle.clone(),
+        };
+        self.commands
+            .send(done)
+            .await
+            .map_err(|_| StepError::Removed)
+    }
+
+    /// The snapshot of `shape` failed: waiting requests learn why, and the shape is deleted.
+    pub async fn snapshot_failed(&self, shape: &Arc<Shape>, failure: Failure) {
+        if shape.state().gone {
+            return;
+        }
+        tracing::warn!(handle = %shape.handle, error = %failure.message, blame = ?failure.blame, "snapshot failed");
+        shape.update(|s| s.failed = Some(failure));
+        self.delete(shape).await;
+    }
+
+    /// Removes a shape for good: gone for waiting requests, out of the pipeline, the registry,
+    /// the metadata and the store.
+    pub async fn delete(&self, shape: &Arc<Shape>) {
+        let (reply, removed) = oneshot::channel();
+        let command = Command::RemoveShape {
+            handle: shape.handle.clone(),
+            reply,
+        };
+        if self.commands.send(command).await.is_ok() {
+            let _ = removed.await;
+        }
+        self.discard(shape);
+    }
+
+    /// The pipeline let go of a shape that no longer fits its table or whose log failed: its
+    /// clients get 409 and start again.
+    pub fn invalidate(&self, shape: &Arc<Shape>, why: &str) {
+        tracing::info!(handle = %shape.handle, table = %shape.definition.table, reason = why, "shape invalidated");
+        self.discard(shape);
+    }
+
+    /// Marks a shape gone and removes its registry entry, metadata and log (the pipeline has
+    /// already let go of it, or is the caller).
+    fn discard(&self, shape: &Arc<Shape>) {
+        self.registry().remove(&shape.handle);
+        shape.update(|s| s.gone = true);
+        tokio::task::block_in_place(|| {
+            shape.writer.lock().retire();
+            self.remove_stored(&shape.handle);
+        });
+    }
+
+    /// Removes a shape's metadata, then its log (a crash in between leaves a log without
+    /// metadata, which restore removes).
+    fn remove_stored(&self, handle: &str) {
+        if let Err(e) = self.meta.remove(handle) {
+            tracing::warn!(handle, error = %e, "could not remove shape metadata");
+        }
+        if let Err(e) = self.logs.delete(handle) {
+            tracing::warn!(handle, error = %e, "could not remove shape log");
+        }
+    }
+
+    /// Prepares every shape for a new pipeline after the last one stopped (storage full):
+    /// writers are closed, so reopening cuts each log back to its last durable commit; shapes
+    /// whose snapshot had not completed are invalidated (the transactions waiting for them
+    /// were lost with the pipeline). Returns the shapes to route to, as restored ones.
+    pub fn reopen_for_new_pipeline(&self) -> Vec<Restored> {
+        let mut kept = Vec::new();
+        for shape in self.all() {
+            shape.writer.lock().discard();
+            if shape.state().snapshot_done {
+                let visibility = shape.visibility();
+                kept.push((shape, visibility));
+            } else {
+                self.invalidate(&shape, "its snapshot was running when shape storage failed");
+            }
+        }
+        kept
+    }
+
+    /// Closes the least recently used idle writers while more than the bound are open (a
+    /// closed log holds no file descriptors and reopens without recovery). Closing syncs the
+    /// files written since their last sync, so it runs on the blocking pool.
+    pub async fn trim_open_writers(self: &Arc<Self>) {
+        if self.logs.open_writers_over() == 0 {
+            return;
+        }
+        let shapes = self.clone();
+        let closed = tokio::task::spawn_blocking(move || shapes.close_idle_writers())
+            .await
+            .unwrap_or(0);
+        tracing::debug!(
+            closed,
+            open = self.logs.open_writers(),
+            "idle shape logs closed"
+        );
+    }
+
+    /// Whether more writers are open than the bound.
+    pub fn open_writers_over_bound(&self) -> bool {
+        self.logs.open_writers_over() > 0
+    }
+
+    /// Closes the least recently used idle writers until the open ones are within the bound
+    /// (or no idle one is left); blocks while closing. Returns how many were closed.
+    pub fn close_idle_writers(&self) -> usize {
+        let over = self.logs.open_writers_over();
+        if over == 0 {
+            return 0;
+        }
+        let mut open: Vec<(u64, Arc<Shape>)> = self
+            .all()
+            .into_iter()
+            .filter_map(|s| {
+                let since = s.writer.lock().open_since();
+                since.map(|t| (t, s))
+            })
+            .collect();
+        open.sort_by_key(|(t, _)| *t);
+        let mut closed = 0;
+        for (_, shape) in open {
+            if closed == over {
+                break;
+            }
+            match shape.writer.lock().close_if_idle() {
+                Ok(Some(_)) => closed += 1,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(handle = %shape.handle, error = %e, "closing an idle shape log failed")
+                }
+            }
+        }
+        closed
+    }
+
+    /// Keeps the open writers under their bound ([`Shapes::trim_open_writers`] as soon as one
+    /// opens past it, and every `period`), for as long as the server runs.
+    pub async fn watch_open_writers(self: Arc<Self>, period: Duration) {
+        loop {
+            tokio::select! {
+                () = self.logs.opened_past_bound() => {}
+                () = tokio::time::sleep(period) => {}
+            }
+            self.trim_open_writers().await;
+        }
+    }
+
+    /// Closes every writer cleanly (at shutdown), so the next start skips recovery; a
+    /// transaction still open is dropped (Postgres sends it again, it was not acknowledged).
+    pub fn close_writers(&self) {
+        tokio::task::block_in_place(|| {
+            for shape in self.all() {
+                if let Err(e) = shape.writer.lock().close() {
+                    tracing::warn!(handle = %shape.handle, error = %e, "closing a shape log failed");
+                }
+            }
+        });
+    }
+
+    /// Waits until the shape logs' file system takes writes again.
+    pub async fn wait_writable(&self) {
+        let mut delay = WRITABLE_PROBE_DELAY_MIN;
+        loop {
+            match tokio::task::block_in_place(|| self.logs.probe_writable()) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, retry_in = ?delay, "shape storage still not writable")
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(WRITABLE_PROBE_DELAY_MAX);
+        }
+    }
+
+    /// Deletes the shapes made on an earlier table of `current`'s name (it was dropped and
+    /// created again): Postgres says nothing of that on the replication stream.
+    pub async fn drop_recreated(&self, current: &RelationDesc) {
+        let stale: Vec<Arc<Shape>> = self
+            .all()
+            .into_iter()
+            .filter(|s| {
+                (s.relation.schema == current.schema && s.relation.name == current.name)
+                    && s.relation.oid != current.oid
+            })
+            .collect();
+        for shape in stale {
+            tracing::info!(handle = %shape.handle, table = %shape.definition.table, "shape deleted: its table was dropped and created again");
+            self.delete(&shape).await;
+        }
+    }
+
+    /// Checks every table with shapes against the catalog: shapes of a table that was dropped
+    /// and created again under its name, or of a partitioned table that gained or lost a
+    /// partition, are deleted (their clients refetch).
+    pub async fn check_tables(&self) -> Result<(), PgError> {
+        let mut tables: Vec<(u32, String, String)> = self
+            .all()
+            .iter()
+            .map(|s| {
+                (
+                    s.relation.oid,
+                    s.relation.schema.clone(),
+                    s.relation.name.clone(),
+                )
+            })
+            .collect();
+        tables.sort();
+        tables.dedup();
+        for (oid, schema, name) in tables {
+            let partitions = self.postgres.partitions(oid).await?;
+            let before = self
+                .partitions
+                .lock()
+                .expect("partitions lock")
+                .insert(oid, partitions.clone());
+            if before.is_some_and(|before| before != partitions) {
+                for shape in self.all().into_iter().filter(|s| s.relation.oid == oid) {
+                    tracing::info!(handle = %shape.handle, table = %name, "shape deleted: a partition was attached or detached");
+                    self.delete(&shape).await;
+                }
+            }
+            if let Some(now) = self.postgres.table_oid(&schema, &name).await? {
+                if now != oid {
+                    if let Some(current) = self.postgres.load_relation_by_oid(now).await? {
+                        self.drop_recreated(&current).await;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the tables with shapes every `period` ([`Shapes::check_tables`]), for as long as
+    /// the server runs.
+    pub async fn watch_tables(self: Arc<Self>, period: Duration) {
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(e) = self.check_tables().await {
+                tracing::debug!(error = %e, "table check failed; retried next period");
+            }
+        }
+    }
+
+    /// The table `oid` was described anew on the replication stream: its shapes' schema
+    /// follows the catalog (a nullability change reaches `electric-schema`).
+    pub fn refresh_table(self: &Arc<Self>, oid: u32) {
+        let shapes = self.clone();
+        tokio::spawn(async move {
+            match shapes.postgres.load_relation_by_oid(oid).await {
+                Ok(Some(now)) => {
+                    for shape in shapes.all().iter().filter(|s| s.relation.oid == oid) {
+                        shape.refresh(&now);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, oid, "could not reload a changed table"),
+            }
+        });
+    }
+
+    /// Makes room for one more shape under `max_shapes` by dropping the least recently used.
+    fn evict_for_new(self: &Arc<Self>) {
+        let Some(max) = self.max_shapes else {
+            return;
+        };
+        let victims = {
+            let registry = self.registry();
+            let mut all = registry.all();
+            if all.len() < max {
+                return;
+            }
+            all.sort_by_key(|s| s.last_used());
+            all.truncate(all.len() + 1 - max.max(1));
+            all
+        };
+        for shape in victims {
+            tracing::info!(handle = %shape.handle, "shape evicted (ELECTRIC_MAX_SHAPES)");
+            self.registry().remove(&shape.handle);
+            shape.update(|s| s.gone = true);
+            let shapes = self.clone();
+            tokio::spawn(async move { shapes.delete(&shape).await });
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! A live shape: its definition, the table it was made on, its log, and the state requests
+//! wait on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
+use syncline_storage::Reader;
+use tokio::sync::watch;
+
+use super::definition::ShapeDefinition;
+use super::logs::Logs;
+use super::writer::SharedWriter;
+
+/// Readers kept per shape for reuse by requests.
+const IDLE_READERS_MAX: usize = 8;
+
+/// What requests wait on: published by the pipeline and the snapshot task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShapeState {
+    /// The last offset readers may be given, durable on disk.
+    pub durable: Option<LogOffset>,
+    /// The initial snapshot is complete (and durable).
+    pub snapshot_done: bool,
+    /// Bumped whenever more of a running snapshot is readable.
+    pub snapshot_progress: u64,
+    /// The shape was invalidated or deleted: requests for it get 409.
+    pub gone: bool,
+    /// The snapshot failed (the shape is gone too).
+    pub failed: Option<Failure>,
+}
+
+/// Why a shape's snapshot failed, and whose fault that was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong (Postgres's own message when it was Postgres).
+    pub message: String,
+    /// Whose fault it was.
+    pub blame: Blame,
+}
+
+/// Whose fault a failed snapshot was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The where clause met data it cannot handle (a data or SQL error): the request's.
+    Request,
+    /// The table cannot be read by the server's role, or is gone.
+    Table,
+    /// Postgres or storage could not serve it: retrying may help.
+    Server,
+}
+
+/// A live shape.
+#[derive(Debug)]
+pub struct Shape {
+    /// Its handle (and its log's id in the store).
+    pub handle: String,
+    /// Its definition.
+    pub definition: ShapeDefinition,
+    /// The table as it was when the shape was made.
+    pub relation: RelationDesc,
+    /// Its log's writer (opened on first use).
+    pub writer: SharedWriter,
+    /// The table as it is now, as far as it still fits the shape (nullability may have
+    /// changed): what `electric-schema` describes.
+    current: Mutex<Arc<RelationDesc>>,
+    /// What the initial snapshot saw, once it started: replicated transactions it saw are
+    /// skipped.
+    visibility: OnceLock<PgSnapshot>,
+    logs: Arc<Logs>,
+    state: watch::Sender<ShapeState>,
+    readers: Mutex<Vec<Reader>>,
+    last_used_ms: AtomicU64,
+}
+
+impl Shape {
+    /// A shape whose log lives in `logs`, in the given state.
+    pub(super) fn new(
+        handle: String,
+        definition: ShapeDefinition,
+        relation: RelationDesc,
+        logs: Arc<Logs>,
+        writer: SharedWriter,
+        state: ShapeState,
+    ) -> Shape {
+        Shape {
+            handle,
+            definition,
+            current: Mutex::new(Arc::new(relation.clone())),
+            visibility: OnceLock::new(),
+            relation,
+            writer,
+            logs,
+            state: watch::Sender::new(state),
+            readers: Mutex::new(Vec::new()),
+            last_used_ms: AtomicU64::new(now_ms()),
+        }
+    }
+
+    /// What the initial snapshot saw, once it started.
+    pub fn visibility(&self) -> Option<PgSnapshot> {
+        self.visibility.get().cloned()
+    }
+
+    /// Records what the initial snapshot saw (once).
+    pub(super) fn set_visibility(&self, visibility: PgSnapshot) {
+        let _ = self.visibility.set(visibility);
+    }
+
+    /// The table as `electric-schema` describes it: as it is now.
+    pub fn schema_relation(&self) -> Arc<RelationDesc> {
+        self.current.lock().expect("current relation lock").clone()
+    }
+
+    /// Follows the table as the catalog describes it `now`, if the shape still fits it (a
+    /// change the shape does not survive is handled by invalidating it).
+    pub fn refresh(&self, now: &RelationDesc) {
+        if now.oid == self.relation.oid && self.definition.fits(&self.relation, now) {
+            let mut current = self.current.lock().expect("current relation lock");
+            if **current != *now {
+                *current = Arc::new(now.clone());
+            }
+        }
+    }
+
+    /// Records a request for the shape (eviction drops the least recently used).
+    pub fn touch(&self) {
+        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// When the shape was last requested, in milliseconds since the Unix epoch.
+    pub fn last_used(&self) -> u64 {
+        self.last_used_ms.load(Ordering::Relaxed)
+    }
+
+    /// The current state.
+    pub fn state(&self) -> ShapeState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that wakes on every state change.
+    pub fn subscribe(&self) -> watch::Receiver<ShapeState> {
+        self.state.subscribe()
+    }
+
+    /// Changes the state and wakes waiters.
+    pub fn update(&self, f: impl FnOnce(&mut ShapeState)) {
+        self.state.send_modify(f);
+    }
+
+    /// Makes sure a shape restored at start knows where its log ends, opening its log the
+    /// first time a request needs that.
+    pub fn load_end(&self) -> syncline_storage::Result<()> {
+        let st = self.state();
+        if st.durable.is_some() || !st.snapshot_done {
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| {
+            let durable = self.writer.lock().get()?.durable_offset();
+            self.update(|s| s.durable = s.durable.max(durable));
+            Ok(())
+        })
+    }
+
+    /// Runs `f` with a reader of the shape's log, reusing an idle one when possible.
+    pub fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&mut Reader) -> syncline_storage::Result<T>,
+    ) -> syncline_storage::Result<T> {
+        let idle = self.readers.lock().expect("readers lock").pop();
+        let mut reader = match idle {
+            Some(r) => r,
+            None => self.logs.open_reader(&self.handle)?,
+        };
+        let result = f(&mut reader);
+        if result.is_ok() {
+            let mut idle = self.readers.lock().expect("readers lock");
+            if idle.len() < IDLE_READERS_MAX {
+                idle.push(reader);
+            }
+        }
+        result
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

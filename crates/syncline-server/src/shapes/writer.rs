@@ -1,0 +1,118 @@
+//! A shape's log writer, shared by its snapshot task and the pipeline, and opened on first use:
+//! a shape restored at start costs no file handles and no recovery work until a change reaches
+//! it or a request needs to know where its log ends. Open writers are counted in [`Logs`]; past
+//! its bound the least recently used idle ones are closed (cleanly: reopening them skips
+//! recovery), so idle shapes hold no file descriptors.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use syncline_core::LogOffset;
+use syncline_storage::{StorageError, Writer};
+
+use super::logs::Logs;
+
+/// The writer of one shape's log, open or not yet.
+#[derive(Debug)]
+pub struct ShapeWriter {
+    handle: String,
+    logs: Arc<Logs>,
+    writer: Option<Writer>,
+    /// When it was last used, on the logs' clock.
+    last_used: u64,
+    /// The shape is being deleted: the log is never opened again.
+    retired: bool,
+}
+
+/// A [`ShapeWriter`] behind a lock (the snapshot task and the pipeline take turns).
+#[derive(Debug)]
+pub struct SharedWriter(Mutex<ShapeWriter>);
+
+impl SharedWriter {
+    /// The writer of the log `handle` in `logs`: `writer` if it is already open, else opened
+    /// (recovering the log if it was not closed cleanly) when first used.
+    pub fn new(handle: &str, logs: Arc<Logs>, writer: Option<Writer>) -> SharedWriter {
+        if writer.is_some() {
+            logs.writer_opened();
+        }
+        SharedWriter(Mutex::new(ShapeWriter {
+            handle: handle.to_owned(),
+            last_used: logs.tick(),
+            logs,
+            writer,
+            retired: false,
+        }))
+    }
+
+    /// Locks it.
+    pub fn lock(&self) -> MutexGuard<'_, ShapeWriter> {
+        self.0.lock().expect("shape writer lock")
+    }
+}
+
+impl ShapeWriter {
+    /// The writer, opening the log first if it is not open.
+    pub fn get(&mut self) -> syncline_storage::Result<&mut Writer> {
+        if self.retired {
+            return Err(StorageError::ShapeNotFound(self.handle.clone()));
+        }
+        if self.writer.is_none() {
+            self.writer = Some(self.logs.open_writer(&self.handle)?);
+            self.logs.writer_opened();
+        }
+        self.last_used = self.logs.tick();
+        Ok(self.writer.as_mut().expect("opened above"))
+    }
+
+    /// The writer if it is open.
+    pub fn opened(&mut self) -> Option<&mut Writer> {
+        self.writer.as_mut()
+    }
+
+    /// When the writer was last used (on the logs' clock), if it is open.
+    pub fn open_since(&self) -> Option<u64> {
+        self.writer.as_ref().map(|_| self.last_used)
+    }
+
+    /// Closes the writer for good, releasing the log's lock so the shape can be deleted.
+    pub fn retire(&mut self) {
+        self.take();
+        self.retired = true;
+    }
+
+    /// Drops the writer; the next [`ShapeWriter::get`] reopens the log, which recovery cuts
+    /// back to its last commit (how a transaction interrupted midway is undone).
+    pub fn discard(&mut self) {
+        self.take();
+    }
+
+    /// Closes the writer cleanly if it holds nothing unflushed (no transaction open, every
+    /// commit durable), so reopening it skips recovery. Returns the durable offset it closed
+    /// at, `None` if it was not open or not idle.
+    pub fn close_if_idle(&mut self) -> syncline_storage::Result<Option<LogOffset>> {
+        let idle = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| !w.in_transaction() && w.last_committed() == w.durable_offset());
+        if !idle {
+            return Ok(None);
+        }
+        let writer = self.take().expect("open");
+        writer.close()
+    }
+
+    /// Closes the writer cleanly if open, discarding an open transaction (at shutdown).
+    pub fn close(&mut self) -> syncline_storage::Result<()> {
+        match self.take() {
+            Some(writer) => writer.close().map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    fn take(&mut self) -> Option<Writer> {
+        let writer = self.writer.take();
+        if writer.is_some() {
+            self.logs.writer_closed();
+        }
+        writer
+    }
+}
