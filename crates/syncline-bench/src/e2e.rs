@@ -389,7 +389,7 @@ async fn measure(
 }
 
 /// The workspace root.
-fn workspace_dir() -> PathBuf {
+pub(crate) fn workspace_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
@@ -398,7 +398,7 @@ fn workspace_dir() -> PathBuf {
 }
 
 /// Builds the release server and returns its binary, which lies next to this executable.
-fn build_server(workspace: &Path) -> Result<PathBuf, Error> {
+pub(crate) fn build_server(workspace: &Path) -> Result<PathBuf, Error> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building the release server…");
     let status = std::process::Command::new(cargo)
@@ -477,15 +477,15 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The `syncline serve` process, killed when dropped.
-struct ServerProcess {
-    child: std::process::Child,
-    url: String,
+pub(crate) struct ServerProcess {
+    pub(crate) child: std::process::Child,
+    pub(crate) url: String,
     dir: tempfile::TempDir,
 }
 
 impl ServerProcess {
     /// Starts the server on a free port with storage in a temp dir and waits until it is healthy.
-    async fn start(binary: &Path, cluster: &PgCluster) -> Result<ServerProcess, Error> {
+    pub(crate) async fn start(binary: &Path, cluster: &PgCluster) -> Result<ServerProcess, Error> {
         let dir = tempfile::Builder::new().prefix("syncline-e2e-").tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -531,7 +531,7 @@ impl ServerProcess {
     }
 
     /// The end of the server's log.
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
@@ -555,7 +555,7 @@ impl ServerProcess {
     }
 
     /// Stops the server (SIGTERM, then SIGKILL if it lingers).
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.terminate();
     }
 

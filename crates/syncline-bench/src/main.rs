@@ -7,6 +7,7 @@
 
 mod bench_items;
 mod e2e;
+mod gzip;
 mod ingest;
 mod route;
 mod storage;
@@ -36,6 +37,9 @@ enum Scenario {
     Route,
     /// Postgres → the server process → the Node client: initial sync and live changes.
     E2e,
+    /// gzip of non-live responses: bytes and server CPU per response, first and cached, vs
+    /// sending them as they are.
+    Gzip,
 }
 
 impl Scenario {
@@ -45,6 +49,7 @@ impl Scenario {
             Scenario::Storage => "storage",
             Scenario::Route => "route",
             Scenario::E2e => "e2e",
+            Scenario::Gzip => "gzip",
         }
     }
 }
@@ -71,6 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::Storage => storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
         Scenario::Route => route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
         Scenario::E2e => e2e::run()?,
+        Scenario::Gzip => gzip::run()?,
     };
     let command: Vec<String> = std::env::args().collect();
     result["scenario"] = args.scenario.name().into();

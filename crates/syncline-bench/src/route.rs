@@ -19,8 +19,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value as Json};
 use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 use syncline_core::tuple::Value;
-use syncline_where::router::{Change, Router};
-use syncline_where::Where;
+use syncline_where::{Change, Router, Where};
 
 /// Errors of this scenario.
 pub type RouteError = Box<dyn Error + Send + Sync>;

@@ -9,7 +9,9 @@
 //! `/dev/null` standing in for a client socket, so each pays what a server pays to get the
 //! bytes out: Syncline `sendfile`s its file ranges (and, separately, as `syncline-server` does
 //! today: ranges up to 256 KiB read, larger ones memory-mapped, then written), the peers query
-//! rows and write the assembled bytes. Page caches are warm for every engine.
+//! rows and write the assembled bytes. Page caches are warm for every engine. Syncline alone:
+//! what listing each response's messages from the records adds to a read, and what closing and
+//! reopening a shape's writer and reader cost (a server keeps only recently used ones open).
 
 use std::error::Error;
 use std::fs::{self, File, OpenOptions};
@@ -22,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use syncline_core::LogOffset;
-use syncline_storage::{FileRange, Message, Operation, Reader, Store, Writer, WriterOptions};
+use syncline_storage::{
+    FileRange, Message, Messages, Operation, Reader, Store, Writer, WriterOptions,
+};
 
 /// Errors of this scenario.
 pub type BenchError = Box<dyn Error + Send + Sync>;
@@ -64,6 +68,13 @@ const SINK_PIPE_BYTES: usize = 1024 * 1024;
 /// Ranges up to this size are read into memory by `syncline-server`, larger ones memory-mapped
 /// (`READ_RANGE_BYTES_MAX` in `crates/syncline-server/src/http/body.rs`).
 const SERVER_READ_RANGE_BYTES_MAX: u64 = 256 * 1024;
+/// 1000-message transactions in the large log of the reopen figures (~25 MB: two closed chunks
+/// of the default 10 MiB and a ~5 MB tail).
+const REOPEN_LARGE_TXNS: u64 = 125;
+/// Rows of the small log of the reopen figures (a 500-row shape, ~100 KB, all in its tail).
+const REOPEN_SMALL_ROWS: usize = 500;
+/// Rounds each reopen figure takes the median of.
+const REOPEN_ROUNDS: usize = 21;
 
 /// One message with its offset.
 #[derive(Clone)]
@@ -166,6 +177,7 @@ pub fn run() -> Result<Value> {
     let sink_pipe_bytes = Sink::new()?.capacity;
     read_figures(work.path(), &mut figures, &mut baselines, &mut ratios)?;
     default_chunk_read_figure(work.path(), &mut figures, &mut baselines)?;
+    reopen_figures(work.path(), &mut figures)?;
     let result = json!({
         "scenario": "storage",
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -216,7 +228,19 @@ pub fn run() -> Result<Value> {
             read_N_chunks reads N whole Syncline responses, the others the same messages; \
             read_10_default_chunks: the same with chunks of the default 10 MiB, syncline and \
             raw_sendfile only",
+        "reopen_policy": "reopen_{small,large}: a 500-row shape (~100 KB, all in its tail) and \
+            a ~25 MB one (two closed 10 MiB chunks and a ~5 MB tail), default options; median \
+            of rounds. writer_open_after_close_us: Store::open_writer of a log Writer::close \
+            left; writer_open_recovering_us: the same after a writer was dropped after a flush \
+            (recovery: journal replay, tail scan, fresh journal); writer_close_after_write_us: \
+            Writer::close after one 1-message transaction was flushed (syncs the tail's files); \
+            writer_close_unchanged_us: Writer::close of a writer that wrote nothing; \
+            reader_open_and_read_us: Store::open_reader and a first read at the log's end (no \
+            body); reader_read_us: the same read by that reader again. descriptors_*: counted \
+            in /proc/self/fd",
         "units": {"append_*": "transactions per second", "read_*_chunks": "mean microseconds per read",
+            "reopen_*_us": "median microseconds", "descriptors_*": "file descriptors",
+            "list_messages_10_chunks": "mean microseconds per 10 responses located (read_us, read_messages_us)",
             "concurrent_*": "milliseconds wall time for all readers", "*_ratio_vs_raw": "engine time / raw time",
             "batched_txns_per_flush": "transactions per flush, per engine"},
         "figures": figures,
@@ -566,10 +590,44 @@ fn read_figures(
         "concurrent_200_readers_10_chunks".into(),
         Value::Object(times),
     );
+    figures.insert(
+        "list_messages_10_chunks".into(),
+        list_messages_figure(&syncline_dir, &offsets)?,
+    );
     drop(readers);
     drop(logs);
     fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// `list_messages_10_chunks`: mean microseconds to locate 10 responses after each offset with
+/// `Reader::read`, and with `Reader::read_messages` (which also lists every message's offset,
+/// operation and place in the body from the records); nothing is sent.
+fn list_messages_figure(syncline_dir: &Path, offsets: &[LogOffset]) -> Result<Value> {
+    let mut reader = Store::open_read_only(syncline_dir)?.open_reader("bench")?;
+    let mut messages = Messages::new();
+    let (mut read, mut listed, mut listed_count) = (Duration::ZERO, Duration::ZERO, 0);
+    for &from in offsets {
+        let start = Instant::now();
+        let mut at = Some(from);
+        for _ in 0..10 {
+            at = reader.read(at)?.end_offset;
+        }
+        read += start.elapsed();
+        let start = Instant::now();
+        let mut at = Some(from);
+        for _ in 0..10 {
+            at = reader.read_messages(at, &mut messages)?.end_offset;
+            listed_count += messages.len();
+        }
+        listed += start.elapsed();
+    }
+    let mean_us = |d: Duration| d.as_secs_f64() * 1e6 / offsets.len() as f64;
+    Ok(json!({
+        "read_us": mean_us(read),
+        "read_messages_us": mean_us(listed),
+        "messages_listed_per_sample": listed_count as f64 / offsets.len() as f64,
+    }))
 }
 
 /// `read_10_default_chunks`: 10 responses of the default 10 MiB chunks sent by Syncline, and
@@ -621,6 +679,113 @@ fn default_chunk_read_figure(
     drop(logs);
     fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// `reopen_small` and `reopen_large`: what closing and reopening a shape's writer and reader
+/// cost (the server keeps only recently used ones open), and the descriptors each holds.
+fn reopen_figures(work: &Path, figures: &mut Map<String, Value>) -> Result<()> {
+    let dir = work.join("reopen");
+    let store = Store::open(&dir)?;
+    let small: Vec<Msg> = (0..REOPEN_SMALL_ROWS as u64)
+        .map(|op| message(1, op))
+        .collect();
+    let large: Vec<Vec<Msg>> = (1..=REOPEN_LARGE_TXNS)
+        .map(|tx| transaction(tx, 1000))
+        .collect();
+    for (name, txns) in [("small", vec![small]), ("large", large)] {
+        let mut writer = store.create_shape(name, &WriterOptions::default())?;
+        for txn in &txns {
+            writer.append(&messages_of(txn))?;
+            writer.commit()?;
+        }
+        writer.flush()?;
+        let next_tx = txns.last().map_or(1, |t| t[0].offset.tx + 1);
+        let figure = reopen_figure(&store, name, writer, next_tx)?;
+        figures.insert(format!("reopen_{name}"), figure);
+    }
+    fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// The reopen figures of one shape, whose open `writer` has flushed everything, and whose next
+/// transaction is `next_tx`.
+fn reopen_figure(store: &Store, shape: &str, writer: Writer, mut next_tx: u64) -> Result<Value> {
+    let options = WriterOptions::default();
+    let fds = || Ok::<_, BenchError>(fs::read_dir("/proc/self/fd")?.count());
+    let held_open = fds()?;
+    writer.close()?;
+    let closed = fds()?;
+    let mut write_one = |writer: &mut Writer| -> Result<()> {
+        writer.append(&messages_of(&[message(next_tx, 0)]))?;
+        writer.commit()?;
+        writer.flush()?;
+        next_tx += 1;
+        Ok(())
+    };
+    let (mut open_clean, mut open_recovering) = (Vec::new(), Vec::new());
+    let (mut close_written, mut close_unchanged) = (Vec::new(), Vec::new());
+    for _ in 0..REOPEN_ROUNDS {
+        let start = Instant::now();
+        let writer = store.open_writer(shape, &options)?;
+        open_clean.push(micros(start));
+        let start = Instant::now();
+        writer.close()?;
+        close_unchanged.push(micros(start));
+        let mut writer = store.open_writer(shape, &options)?;
+        write_one(&mut writer)?;
+        let start = Instant::now();
+        writer.close()?;
+        close_written.push(micros(start));
+        let mut writer = store.open_writer(shape, &options)?;
+        write_one(&mut writer)?;
+        drop(writer);
+        let start = Instant::now();
+        let writer = store.open_writer(shape, &options)?;
+        open_recovering.push(micros(start));
+        writer.close()?;
+    }
+    let after_rounds = fds()?;
+    let end = store.open_writer(shape, &options)?.close()?;
+    let (mut reader_open, mut reader_read) = (Vec::new(), Vec::new());
+    let before_reader = fds()?;
+    let mut reader_fds = 0;
+    for _ in 0..REOPEN_ROUNDS {
+        let start = Instant::now();
+        let mut reader = store.open_reader(shape)?;
+        let read = reader.read(end)?;
+        reader_open.push(micros(start));
+        assert!(read.up_to_date && read.body.is_none());
+        let start = Instant::now();
+        reader.read(end)?;
+        reader_read.push(micros(start));
+        reader_fds = fds()? - before_reader;
+    }
+    Ok(json!({
+        "writer_open_after_close_us": median(&mut open_clean),
+        "writer_open_recovering_us": median(&mut open_recovering),
+        "writer_close_after_write_us": median(&mut close_written),
+        "writer_close_unchanged_us": median(&mut close_unchanged),
+        "reader_open_and_read_us": median(&mut reader_open),
+        "reader_read_us": median(&mut reader_read),
+        "descriptors_open_writer": held_open - closed,
+        "descriptors_closed_writer": i64::try_from(after_rounds)? - i64::try_from(closed)?,
+        "descriptors_reader_between_reads": reader_fds,
+    }))
+}
+
+fn micros(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e6
+}
+
+fn messages_of(txn: &[Msg]) -> Vec<Message<'_>> {
+    txn.iter()
+        .map(|m| Message {
+            offset: m.offset,
+            key: &m.key,
+            op: Operation::Insert,
+            json: &m.json,
+        })
+        .collect()
 }
 
 /// Opens a reader of one engine (or baseline).
@@ -839,16 +1004,7 @@ impl SynclineLog {
 
 impl ShapeLog for SynclineLog {
     fn append(&mut self, txn: &[Msg]) -> Result<()> {
-        let msgs: Vec<Message<'_>> = txn
-            .iter()
-            .map(|m| Message {
-                offset: m.offset,
-                key: &m.key,
-                op: Operation::Insert,
-                json: &m.json,
-            })
-            .collect();
-        self.writer.append(&msgs)?;
+        self.writer.append(&messages_of(txn))?;
         self.writer.commit()?;
         Ok(())
     }
