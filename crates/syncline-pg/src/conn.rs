@@ -15,6 +15,7 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, Connection, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::endpoint::Endpoint;
 use crate::error::{PgError, PgResult, TlsFailure};
 use crate::tls::{tls_failure, worth_retrying_without_tls, SslMode, TlsSettings};
 
@@ -41,15 +42,6 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
 pub struct ConnConfig {
     inner: Config,
     tls: TlsSettings,
-}
-
-/// The network endpoint of a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// Host name or address, and port.
-    Tcp(String, u16),
-    /// Unix-socket directory, and port (the socket file is `.s.PGSQL.<port>`).
-    Unix(std::path::PathBuf, u16),
 }
 
 impl ConnConfig {

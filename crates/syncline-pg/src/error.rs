@@ -1,9 +1,8 @@
 //! Errors from talking to Postgres, and what kind of failure each one is.
 
 use std::error::Error as _;
-use std::fmt;
 
-use crate::conn::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// An error from Postgres or from the connection to it.
 ///
@@ -192,19 +191,6 @@ fn connect_cause(cause: &PgError) -> String {
     match cause {
         PgError::Io(e) => e.to_string(),
         other => other.to_string(),
-    }
-}
-
-impl fmt::Display for Endpoint {
-    /// `host:port` (`[v6]:port`), or the socket file's path.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Endpoint::Tcp(host, port) if host.contains(':') => write!(f, "[{host}]:{port}"),
-            Endpoint::Tcp(host, port) => write!(f, "{host}:{port}"),
-            Endpoint::Unix(dir, port) => {
-                write!(f, "{}", dir.join(format!(".s.PGSQL.{port}")).display())
-            }
-        }
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub mod catalog;
 pub mod conn;
+pub mod endpoint;
 pub mod error;
 pub mod publication;
 pub mod replication;

@@ -15,7 +15,8 @@ use tokio::net::{TcpStream, UnixStream};
 
 use tokio_rustls::TlsConnector;
 
-use crate::conn::{ConnConfig, Endpoint, SESSION_SETTINGS};
+use crate::conn::{ConnConfig, SESSION_SETTINGS};
+use crate::endpoint::Endpoint;
 use crate::error::{PgError, PgResult};
 use crate::tls::{server_name, tls_failure, worth_retrying_without_tls, SslMode};
 

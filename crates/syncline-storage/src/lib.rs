@@ -46,6 +46,7 @@ mod index;
 mod io;
 mod message;
 mod num;
+mod options;
 mod reader;
 mod recovery;
 mod store;
@@ -55,11 +56,12 @@ pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
 pub use error::{Result, StorageError};
 pub use io::FaultPlan;
 pub use message::{Message, Operation};
-pub use reader::{FileRange, MessageSpan, Messages, ReadResult, Reader};
-pub use store::{
-    Store, WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_BYTES_MAX_DEFAULT, SHAPE_ID_BYTES_MAX,
+pub use options::{
+    WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_BYTES_MAX_DEFAULT,
     WRITE_BUFFER_BYTES_MAX_DEFAULT,
 };
+pub use reader::{FileRange, MessageSpan, Messages, ReadResult, Reader};
+pub use store::{Store, SHAPE_ID_BYTES_MAX};
 pub use syncline_core::LogOffset;
 pub use writer::Writer;
 

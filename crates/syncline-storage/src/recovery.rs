@@ -19,8 +19,8 @@ use crate::format::{
 use crate::index::decode_entries;
 use crate::io::Io;
 use crate::num::{to_u64, to_usize};
+use crate::options::WriterOptions;
 use crate::writer::Writer;
-use crate::WriterOptions;
 
 /// What the scan of the tail chunk kept.
 struct TailScan {

@@ -2,54 +2,21 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::OpenChunk;
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
-use crate::io::{FaultPlan, Io};
+use crate::io::Io;
+use crate::options::WriterOptions;
 use crate::reader::Reader;
 use crate::recovery::{lock_shape, open_writer, read_meta};
 use crate::writer::Writer;
 
-/// Default JSON bytes after which a chunk closes (10 MiB, Electric's default).
-pub const CHUNK_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
-/// Default bytes a writer buffers before writing them to its files (without syncing).
-pub const WRITE_BUFFER_BYTES_MAX_DEFAULT: usize = 256 * 1024;
-/// Default bytes the journal takes between two syncs: a flush of up to this much costs one
-/// `fdatasync` (a device flush, ~0.1-5 ms); beyond, writes are synced in place, so that a large
-/// flush is not written twice.
-pub const JOURNAL_BYTES_MAX_DEFAULT: usize = 512 * 1024;
 /// Name prefix of a shape directory being deleted.
 const DELETING_PREFIX: &str = ".deleting-";
 /// Longest shape id, in bytes.
 pub const SHAPE_ID_BYTES_MAX: usize = 200;
-
-/// Settings of a writer.
-#[derive(Debug, Clone)]
-pub struct WriterOptions {
-    /// JSON bytes after which a chunk closes; used when the shape is created, then fixed in
-    /// its header.
-    pub chunk_bytes_max: u64,
-    /// Bytes buffered in memory before they are written to the files.
-    pub write_buffer_bytes_max: usize,
-    /// Bytes the journal takes between two syncs; later writes are synced in the chunk files.
-    pub journal_bytes_max: usize,
-    /// Crash testing: counts and can stop every write boundary.
-    pub fault_plan: Option<Arc<FaultPlan>>,
-}
-
-impl Default for WriterOptions {
-    fn default() -> Self {
-        WriterOptions {
-            chunk_bytes_max: CHUNK_BYTES_MAX_DEFAULT,
-            write_buffer_bytes_max: WRITE_BUFFER_BYTES_MAX_DEFAULT,
-            journal_bytes_max: JOURNAL_BYTES_MAX_DEFAULT,
-            fault_plan: None,
-        }
-    }
-}
 
 /// A directory holding one subdirectory per shape.
 #[derive(Debug, Clone)]
