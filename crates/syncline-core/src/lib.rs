@@ -8,6 +8,7 @@
 
 pub mod lsn;
 pub mod offset;
+pub mod pg_time;
 pub mod relation;
 pub mod snapshot;
 pub mod sql;

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes};
-use syncline_core::Lsn;
+use syncline_core::{pg_time, Lsn};
 use tokio::time::Instant;
 
 use super::pgoutput::{self, PgOutput};
@@ -11,9 +11,6 @@ use crate::conn::ConnConfig;
 use crate::error::{PgError, PgResult};
 use crate::wire::{parse_error, Mode, WireConnection};
 use syncline_core::sql::{quote_ident, quote_literal};
-
-/// Seconds between the Unix epoch and Postgres's epoch (2000-01-01).
-const PG_EPOCH_UNIX_S: u64 = 946_684_800;
 
 /// The default longest wait between reconnect attempts of a
 /// [`super::ResumingStream`].
@@ -221,10 +218,11 @@ impl ReplicationStream {
 
 /// Microseconds since 2000-01-01, the clock of the replication protocol.
 fn pg_now_us() -> i64 {
-    let since_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (since_unix.as_micros() as i64) - (PG_EPOCH_UNIX_S as i64) * 1_000_000
+    pg_time::postgres_micros(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
-use syncline_core::{Lsn, PgSnapshot, RelationDesc, Tuple};
+use syncline_core::{pg_time, Lsn, PgSnapshot, RelationDesc, Tuple};
 use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream, StreamEvent};
 use syncline_pg::PgResult;
 use syncline_storage::{Message, StorageError};
@@ -30,8 +30,6 @@ const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
 /// How often an idle pipeline acknowledges the WAL Postgres has decoded past (so WAL written
 /// only to tables without shapes is not retained) and refreshes its gauges.
 const IDLE_TICK_INTERVAL: Duration = Duration::from_secs(1);
-/// Unix time of the replication protocol's epoch, 2000-01-01, in seconds.
-const PG_EPOCH_UNIX_S: i64 = 946_684_800;
 
 /// The transaction being decoded.
 struct Txn {
@@ -370,10 +368,11 @@ impl Pipeline {
 
     /// Sets the replication lag from a commit's time (microseconds since 2000-01-01).
     fn observe_commit_time(&self, commit_time_us: i64) {
-        let unix_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        let now_us = unix_us - PG_EPOCH_UNIX_S * 1_000_000;
+        let now_us = pg_time::postgres_micros(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+        );
         let lag = Duration::from_micros(u64::try_from(now_us - commit_time_us).unwrap_or(0));
         let lag_s = lag.as_secs_f64();
         self.metrics.replication_lag_seconds.set(lag_s);

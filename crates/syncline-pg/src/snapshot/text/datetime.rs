@@ -1,14 +1,14 @@
 //! Dates, times, timestamps and intervals, as Postgres prints them with `DateStyle=ISO`,
 //! `TimeZone=UTC` and `IntervalStyle=iso_8601`.
 
+use syncline_core::pg_time::POSTGRES_EPOCH_UNIX_DAYS;
+
 use super::numbers::write_int;
 
 const USECS_PER_SEC: i64 = 1_000_000;
 const USECS_PER_MINUTE: i64 = 60 * USECS_PER_SEC;
 const USECS_PER_HOUR: i64 = 60 * USECS_PER_MINUTE;
 const USECS_PER_DAY: i64 = 24 * USECS_PER_HOUR;
-/// Days from 1970-01-01 to Postgres's epoch, 2000-01-01.
-const PG_EPOCH_UNIX_DAYS: i64 = 10_957;
 
 /// Proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01; year 0 is 1 BC.
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -42,7 +42,7 @@ fn pad(out: &mut Vec<u8>, v: i64, width: usize) {
 
 /// Writes `YYYY-MM-DD` and returns whether the date is BC (the caller appends ` BC` last).
 fn write_ymd(out: &mut Vec<u8>, pg_days: i64) -> bool {
-    let (year, month, day) = civil_from_days(pg_days + PG_EPOCH_UNIX_DAYS);
+    let (year, month, day) = civil_from_days(pg_days + POSTGRES_EPOCH_UNIX_DAYS);
     let bc = year <= 0;
     pad(out, if bc { 1 - year } else { year }, 4);
     out.push(b'-');

@@ -8,6 +8,7 @@
 
 mod abbreviations;
 
+use syncline_core::pg_time::POSTGRES_EPOCH_UNIX_SECS;
 use tz::TimeZoneRef;
 
 use super::datetime::{valid_timestamp, Interval, TIMESTAMP_INFINITY, USECS_PER_SEC};
@@ -20,8 +21,6 @@ const ZONE_NAME_BYTES_MAX: usize = 255;
 const POSIX_HOURS_MAX: i64 = 167;
 /// Seconds per day: Postgres looks for a zone's transition within a day of a local time.
 const SECS_PER_DAY: i64 = 86_400;
-/// 2000-01-01 (Postgres's epoch) in Unix seconds.
-const POSTGRES_EPOCH_SECS: i64 = 946_684_800;
 
 /// The zone argument of `timezone()`.
 #[derive(Debug, Clone, Copy)]
@@ -161,7 +160,8 @@ fn clip(text: &str, max: usize) -> &str {
 /// Unix seconds as Postgres's `timestamptz_to_time_t` computes them: truncated towards
 /// 2000-01-01, not floored.
 fn time_t(utc: i64) -> i64 {
-    utc.saturating_sub(POSTGRES_EPOCH_SECS * USECS_PER_SEC) / USECS_PER_SEC + POSTGRES_EPOCH_SECS
+    utc.saturating_sub(POSTGRES_EPOCH_UNIX_SECS * USECS_PER_SEC) / USECS_PER_SEC
+        + POSTGRES_EPOCH_UNIX_SECS
 }
 
 /// The zone's offset east, in seconds, at Unix second `t`.
