@@ -128,7 +128,7 @@ pub fn pg_recvlogical(
         return Err(format!("pg_recvlogical failed: {status}").into());
     }
     let written = std::fs::metadata(out.path())?.len();
-    if written < rows as u64 * RECVLOGICAL_BYTES_PER_ROW_MIN {
+    if written < u64::try_from(rows)? * RECVLOGICAL_BYTES_PER_ROW_MIN {
         return Err(format!("pg_recvlogical wrote only {written} bytes").into());
     }
     Ok(elapsed)

@@ -454,7 +454,9 @@ fn monotonic_ns() -> u64 {
     };
     // SAFETY: `ts` is a valid timespec to write into; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let secs = u64::try_from(ts.tv_sec).expect("the monotonic clock is not negative");
+    let nanos = u64::try_from(ts.tv_nsec).expect("nanoseconds are below 10^9");
+    secs * 1_000_000_000 + nanos
 }
 
 fn ns_to_s(ns: u64) -> f64 {

@@ -87,7 +87,8 @@ async fn run_async() -> BenchResult {
     add_table(&client, PUBLICATION, "public", "bench_items", false).await?;
     let (mut ours_runs, mut recv_runs) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        let (ours, theirs) = replication_round(&cluster, &config, &client, round as i64).await?;
+        let (ours, theirs) =
+            replication_round(&cluster, &config, &client, i64::try_from(round)?).await?;
         eprintln!("replication round {round}: syncline {ours:?}, pg_recvlogical {theirs:?}");
         ours_runs.push(ours.as_secs_f64());
         recv_runs.push(theirs.as_secs_f64());

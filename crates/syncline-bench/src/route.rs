@@ -46,7 +46,8 @@ impl Rng {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
+        usize::try_from(self.0 % u64::try_from(n).expect("usize fits u64"))
+            .expect("below n, a usize")
     }
 }
 

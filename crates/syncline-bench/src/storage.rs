@@ -1197,8 +1197,8 @@ impl ShapeLog for SqliteLog {
         )?;
         for m in txn {
             insert.execute(rusqlite::params![
-                m.offset.tx as i64,
-                m.offset.op as i64,
+                i64::try_from(m.offset.tx).expect("offsets fit SQLite's integers"),
+                i64::try_from(m.offset.op).expect("offsets fit SQLite's integers"),
                 m.key,
                 m.json
             ])?;
@@ -1240,9 +1240,9 @@ impl PeerReader for SqliteReader {
             "SELECT json FROM log WHERE (tx, op) > (?1, ?2) ORDER BY tx, op LIMIT ?3",
         )?;
         let mut rows = select.query(rusqlite::params![
-            from.tx as i64,
-            from.op as i64,
-            count as i64
+            i64::try_from(from.tx).expect("offsets fit SQLite's integers"),
+            i64::try_from(from.op).expect("offsets fit SQLite's integers"),
+            i64::try_from(count).expect("a batch size fits i64")
         ])?;
         while let Some(row) = rows.next()? {
             self.buf.extend_from_slice(row.get_ref(0)?.as_blob()?);
@@ -1279,7 +1279,11 @@ impl ShapeLog for FjallLog {
         for m in txn {
             let mut value = Vec::with_capacity(5 + m.key.len() + m.json.len());
             value.push(1);
-            value.extend_from_slice(&(m.key.len() as u32).to_le_bytes());
+            value.extend_from_slice(
+                &u32::try_from(m.key.len())
+                    .expect("keys are at most 64 KiB")
+                    .to_le_bytes(),
+            );
             value.extend_from_slice(&m.key);
             value.extend_from_slice(&m.json);
             batch.insert(&self.log, fjall_key(m.offset), value);

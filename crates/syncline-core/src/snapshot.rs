@@ -22,6 +22,11 @@ impl PgSnapshot {
     ///
     /// Any transaction that can still be decoded lies within 2^31 of the snapshot's horizon
     /// (Postgres's own wraparound rule), so the nearest epoch is the right one.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_possible_wrap,
+        reason = "xids compare modulo 2^32: the low half of xmax and a wrapping difference are the point"
+    )]
     pub fn widen(&self, xid: u32) -> u64 {
         let delta = xid.wrapping_sub(self.xmax as u32) as i32;
         self.xmax.wrapping_add_signed(i64::from(delta))

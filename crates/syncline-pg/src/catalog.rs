@@ -40,7 +40,7 @@ pub async fn load_relation_by_oid(client: &Client, oid: u32) -> PgResult<Option<
         return Ok(None);
     };
     let identity: i8 = rel.get(2);
-    let replica_identity = ReplicaIdentity::from_char(identity as u8)
+    let replica_identity = ReplicaIdentity::from_char(identity.to_ne_bytes()[0])
         .ok_or_else(|| PgError::Protocol(format!("unknown replica identity {identity}")))?;
     let rows = client
         .query(
@@ -60,7 +60,7 @@ pub async fn load_relation_by_oid(client: &Client, oid: u32) -> PgResult<Option<
             pg_type: load_type(client, row.get(1)).await?,
             type_mod: row.get(2),
             not_null: row.get(3),
-            pk_index: pk_position.map(|p| p as usize),
+            pk_index: pk_position.and_then(|p| usize::try_from(p).ok()),
             array_dims: u32::try_from(row.get::<_, i32>(5)).unwrap_or(0),
         });
     }

@@ -447,7 +447,11 @@ async fn resumes_after_walsender_is_killed_without_loss_or_duplication() {
         duplicated.is_empty(),
         "rows delivered more than once: {duplicated:?}"
     );
-    assert_eq!(committed.len(), total_rows as usize, "rows lost");
+    assert_eq!(
+        committed.len(),
+        usize::try_from(total_rows).unwrap(),
+        "rows lost"
+    );
     println!(
         "kills {kills}, reconnects {}, interrupted transactions {interrupted}",
         stream.reconnects()

@@ -219,7 +219,7 @@ async fn recorded_snapshot_matches_what_the_rows_include() {
         vec![1i32.to_be_bytes().to_vec()],
         "only the committed row is in the snapshot"
     );
-    let xid32 = |s: &str| s.parse::<u64>().unwrap() as u32;
+    let xid32 = |s: &str| u32::try_from(s.parse::<u64>().unwrap() & 0xFFFF_FFFF).unwrap();
     assert!(info.pg_snapshot.is_visible(xid32(&committed_xid)));
     assert!(!info.pg_snapshot.is_visible(xid32(&open_xid)));
     assert!(!info.pg_snapshot.is_visible(xid32(&later_xid)));

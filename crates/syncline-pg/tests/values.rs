@@ -535,7 +535,9 @@ async fn binary_values_render_as_postgres_text() {
             if got[id] != *want || in_json[id] != *want {
                 failures.push(format!(
                     "{ty} {}: postgres {want:?}, syncline {:?}, in its JSON line {:?}",
-                    literals[*id as usize], got[id], in_json[id]
+                    literals[usize::try_from(*id).unwrap()],
+                    got[id],
+                    in_json[id]
                 ));
             }
         }

@@ -22,7 +22,8 @@ fn workload() -> Vec<Owned> {
     let mut msgs = Vec::new();
     for t in 1..=60u64 {
         for i in 0..t % 5 + 1 {
-            let intent = ((t * 7 + i) as u8 % 6, (t + i) % 9 == 0, vec![(1, t as u8)]);
+            let small = |v: u64| u8::try_from(v % 251).unwrap();
+            let intent = (small(t * 7 + i) % 6, (t + i) % 9 == 0, vec![(1, small(t))]);
             msgs.push(resolve_intent(
                 &mut present,
                 LogOffset::new(t, 2 * i),

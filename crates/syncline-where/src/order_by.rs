@@ -9,7 +9,7 @@ use syncline_core::relation::RelationDesc;
 use crate::check::check_value;
 use crate::error::WhereError;
 use crate::expr::Expr;
-use crate::parse::{parse_order_by, ORDER_BY_PREFIX, PREFIX};
+use crate::parse::{parse_order_by, ORDER_BY_PREFIX_LEN, PREFIX_LEN};
 use crate::render::render;
 use syncline_core::sql::{quote_ident, quote_literal};
 
@@ -63,7 +63,7 @@ fn sort_key(
     relation: &RelationDesc,
     params: &[String],
 ) -> Result<String, WhereError> {
-    let shift = (ORDER_BY_PREFIX.len() - PREFIX.len()) as i32;
+    let shift = ORDER_BY_PREFIX_LEN - PREFIX_LEN;
     let node = item
         .node
         .as_deref()
@@ -91,7 +91,7 @@ fn sort_key(
         Ok(SortByDir::SortbyDesc) => sql.push_str(" DESC"),
         _ => {
             return Err(WhereError::at(
-                item.location - ORDER_BY_PREFIX.len() as i32,
+                item.location - ORDER_BY_PREFIX_LEN,
                 "ORDER BY … USING is not supported",
             ))
         }
@@ -111,7 +111,7 @@ fn sort_key(
 /// orders rows as Electric's line does: the key as a JSON string (keys are unique, so the rest
 /// of the line never decides).
 fn position(constant: &AConst, relation: &RelationDesc) -> Result<String, WhereError> {
-    let location = constant.location - ORDER_BY_PREFIX.len() as i32;
+    let location = constant.location - ORDER_BY_PREFIX_LEN;
     match &constant.val {
         Some(Val::Ival(i)) if i.ival == 1 && !constant.isnull => Ok(key_json(relation)),
         Some(Val::Ival(i)) if !constant.isnull => Err(WhereError::at(

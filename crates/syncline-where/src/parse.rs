@@ -11,6 +11,20 @@ use crate::error::WhereError;
 pub(crate) const PREFIX: &str = "SELECT 1 WHERE ";
 /// The text put before a subset's `ORDER BY` list; its syntax error locations count it.
 pub(crate) const ORDER_BY_PREFIX: &str = "SELECT 1 ORDER BY ";
+/// [`PREFIX`]'s length in the parser's location unit.
+pub(crate) const PREFIX_LEN: i32 = location_len(PREFIX);
+/// [`ORDER_BY_PREFIX`]'s length in the parser's location unit.
+pub(crate) const ORDER_BY_PREFIX_LEN: i32 = location_len(ORDER_BY_PREFIX);
+
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    reason = "asserted shorter than 256 bytes"
+)]
+const fn location_len(prefix: &str) -> i32 {
+    assert!(prefix.len() < 256);
+    prefix.len() as i32
+}
 /// Longest where clause (or `ORDER BY` list) accepted, in bytes (keeps parse time and memory
 /// bounded).
 pub const WHERE_BYTES_MAX: usize = 64 * 1024;

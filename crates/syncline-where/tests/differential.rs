@@ -100,7 +100,7 @@ async fn run_seed(client: &Client, seed: u64) {
         .await
         .expect("insert rows");
     let rows = load_rows(client, &mut rng).await;
-    let ids: Vec<i32> = (1..=ROWS as i32).collect();
+    let ids: Vec<i32> = (1..=i32::try_from(ROWS).unwrap()).collect();
     let relation = common::relation();
     let types = RowTypes::of(&relation);
     let (mut compared, mut with_timezone, mut rejected) = (0usize, 0usize, Vec::new());

@@ -114,7 +114,7 @@ fn check_all(router: &Router, shapes: &[Where], rng: &mut StdRng, seed: u64) {
             .iter()
             .filter(|id| !want.contains(id))
             .chain(want.iter().filter(|id| !got.contains(id)))
-            .map(|&id| format!("shape {id}: {}", shapes[id as usize].sql()))
+            .map(|&id| format!("shape {id}: {}", shapes[usize::try_from(id).unwrap()].sql()))
             .collect();
         assert!(
             differing.is_empty(),

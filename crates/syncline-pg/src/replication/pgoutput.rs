@@ -243,7 +243,7 @@ fn relation(r: &mut Bytes) -> PgResult<RelationMessage> {
     let replica_identity = ReplicaIdentity::from_char(ident)
         .ok_or_else(|| malformed(format!("replica identity {:?}", ident as char)))?;
     let n = i16(r)?;
-    let mut columns = Vec::with_capacity(n.max(0) as usize);
+    let mut columns = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
     for _ in 0..n {
         let flags = u8(r)?;
         columns.push(RelationColumn {
@@ -264,7 +264,7 @@ fn relation(r: &mut Bytes) -> PgResult<RelationMessage> {
 
 fn tuple(r: &mut Bytes) -> PgResult<Tuple> {
     let n = i16(r)?;
-    let mut values = Vec::with_capacity(n.max(0) as usize);
+    let mut values = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
     for _ in 0..n {
         values.push(match u8(r)? {
             b'n' => Value::Null,

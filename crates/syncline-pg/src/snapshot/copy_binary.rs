@@ -132,11 +132,11 @@ impl CopyParser {
             };
             let len = i32::from_be_bytes(len.try_into().expect("4 bytes"));
             pos += 4;
-            if len < 0 {
+            let Ok(len) = usize::try_from(len) else {
                 self.fields.push(None);
                 continue;
-            }
-            let end = pos + len as usize;
+            };
+            let end = pos + len;
             if end > buf.len() {
                 return Ok(None);
             }
@@ -156,11 +156,11 @@ mod tests {
         s.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
         for (a, b) in [(&b"x"[..], Some(&b"hello"[..])), (&b"yz"[..], None)] {
             s.extend_from_slice(&2i16.to_be_bytes());
-            s.extend_from_slice(&(a.len() as i32).to_be_bytes());
+            s.extend_from_slice(&i32::try_from(a.len()).unwrap().to_be_bytes());
             s.extend_from_slice(a);
             match b {
                 Some(b) => {
-                    s.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                    s.extend_from_slice(&i32::try_from(b.len()).unwrap().to_be_bytes());
                     s.extend_from_slice(b);
                 }
                 None => s.extend_from_slice(&(-1i32).to_be_bytes()),

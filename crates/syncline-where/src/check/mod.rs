@@ -10,7 +10,7 @@ use syncline_core::relation::RelationDesc;
 
 use crate::error::WhereError;
 use crate::expr::{BoolTest, CmpOp, Expr, Op, Subscript};
-use crate::parse::PREFIX;
+use crate::parse::PREFIX_LEN;
 use crate::types::{Category, Type};
 use crate::value::Datum;
 
@@ -84,7 +84,7 @@ struct Checker<'a> {
 
 /// Offset within the where text of a parser location (which counts the `SELECT 1 WHERE ` prefix).
 fn local(location: i32) -> i32 {
-    (location - PREFIX.len() as i32).max(0)
+    (location - PREFIX_LEN).max(0)
 }
 
 fn error(location: i32, message: impl Into<String>) -> WhereError {
@@ -107,8 +107,8 @@ fn node_location(node: &Node) -> i32 {
         Some(N::CoalesceExpr(e)) => e.location,
         Some(N::MinMaxExpr(e)) => e.location,
         Some(N::SubLink(e)) => e.location,
-        Some(N::AIndirection(e)) => e.arg.as_deref().map_or(PREFIX.len() as i32, node_location),
-        _ => PREFIX.len() as i32,
+        Some(N::AIndirection(e)) => e.arg.as_deref().map_or(PREFIX_LEN, node_location),
+        _ => PREFIX_LEN,
     }
 }
 
@@ -636,7 +636,7 @@ impl Checker<'_> {
     /// checks them: an array operand, at most 6 subscripts, each an integer (an untyped literal
     /// read as `int4`, a numeric type converted as by assignment, so `1.5` is 2).
     fn subscript(&self, a: &pb::AIndirection) -> Result<Expr, WhereError> {
-        let at = a.arg.as_deref().map_or(PREFIX.len() as i32, node_location);
+        let at = a.arg.as_deref().map_or(PREFIX_LEN, node_location);
         let array = self.typed(a.arg.as_deref(), at)?;
         let elem = match array.ty() {
             Type::Array(elem) => (**elem).clone(),

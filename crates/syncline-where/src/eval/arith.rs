@@ -8,6 +8,7 @@ use crate::error::EvalError;
 use crate::expr::{Expr, Op};
 use crate::types::Type;
 use crate::value::datetime::{self, Interval, DATE_INFINITY, USECS_PER_DAY};
+use crate::value::float::to_float4;
 use crate::value::numeric::Numeric;
 use crate::value::{Datum, Nullable};
 
@@ -137,7 +138,7 @@ fn float_op(op: &Op, x: f64, y: f64, ty: &Type) -> Result<Datum, EvalError> {
         Op::Pow => return pow(x, y),
         _ => return Err(EvalError::Other(format!("{op:?} does not apply to floats"))),
     };
-    let v = if single { v as f32 as f64 } else { v };
+    let v = if single { f64::from(to_float4(v)) } else { v };
     let inputs_finite = x.is_finite() && y.is_finite();
     if v.is_infinite() && inputs_finite {
         return Err(EvalError::Other("value out of range: overflow".into()));

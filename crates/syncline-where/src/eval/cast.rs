@@ -29,7 +29,7 @@ pub(crate) fn check_int(v: i64, ty: &Type) -> Result<Datum, EvalError> {
 /// Rounds a float to `float4` when `ty` is float4, rejecting overflow.
 pub(crate) fn check_float(v: f64, ty: &Type) -> Result<Datum, EvalError> {
     if *ty == Type::Float4 {
-        let narrowed = v as f32;
+        let narrowed = float::to_float4(v);
         if narrowed.is_infinite() && v.is_finite() {
             return Err(EvalError::OutOfRange("real"));
         }
@@ -106,7 +106,12 @@ pub(crate) fn cast_value(value: Nullable, from: &Type, to: &Type) -> Result<Null
             if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&r) {
                 return Err(EvalError::OutOfRange(name));
             }
-            check_int(r as i64, t)?
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "r is integral and inside i64's range, checked above"
+            )]
+            let i = r as i64;
+            check_int(i, t)?
         }
         (Datum::Float(f), Type::Float4 | Type::Float8) => check_float(f, to)?,
         (Datum::Float(f), Type::Numeric) => {
@@ -142,7 +147,7 @@ fn float_to_numeric(f: f64, single: bool) -> Numeric {
         };
     }
     let text = if single {
-        format!("{:.5e}", f as f32)
+        format!("{:.5e}", float::to_float4(f))
     } else {
         format!("{f:.14e}")
     };

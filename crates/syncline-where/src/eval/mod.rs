@@ -373,7 +373,7 @@ fn apply(op: &Op, args: &[Expr], values: &[Datum], ty: &Type) -> Result<Nullable
         Op::ArrayOverlaps => b(array(&values[0]).overlaps(array(&values[1]))),
         Op::ArrayNdims => Ok(match array(&values[0]).dims.len() {
             0 => None,
-            n => Some(Datum::Int(n as i64)),
+            n => Some(Datum::Int(i64::try_from(n).expect("at most 6 dimensions"))),
         }),
         Op::JsonGet | Op::JsonGetText | Op::JsonContains | Op::JsonHasKey => json(op, values),
         Op::Timezone => at_time_zone(args, values),

@@ -257,7 +257,7 @@ mod tests {
                 Bound::Incl(int(i * 10)),
                 Bound::Excl(int(i * 10 + 15)),
                 || 0,
-            ) = i as u32;
+            ) = u32::try_from(i).unwrap();
         }
         *index.entry(Bound::Unbounded, Bound::Incl(int(3)), || 0) = 9999;
         index.remove(&Bound::Incl(int(100)), &Bound::Excl(int(115)));
@@ -267,7 +267,7 @@ mod tests {
             got.sort();
             let mut want: Vec<u32> = (0..500i64)
                 .filter(|i| i * 10 <= v && v < i * 10 + 15 && *i != 10)
-                .map(|i| i as u32)
+                .map(|i| u32::try_from(i).unwrap())
                 .collect();
             if v <= 3 {
                 want.push(9999);

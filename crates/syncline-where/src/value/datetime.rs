@@ -316,7 +316,7 @@ pub(crate) fn time_to_text(micros: i64) -> String {
     if micros == USECS_PER_DAY {
         return "24:00:00".into();
     }
-    format_time_of_day(micros as u64, false)
+    format_time_of_day(micros.unsigned_abs(), false)
 }
 
 fn epoch() -> NaiveDate {
@@ -363,7 +363,11 @@ fn date_part(body: &str, bc: bool) -> Option<i32> {
         return None;
     }
     let year = if bc { 1 - year } else { year };
-    days_from_ymd(year, digits(m)? as u32, digits(d)? as u32)
+    days_from_ymd(
+        year,
+        u32::try_from(digits(m)?).ok()?,
+        u32::try_from(digits(d)?).ok()?,
+    )
 }
 
 /// Text output of a date.
@@ -462,7 +466,10 @@ pub(crate) fn timestamp_to_text(micros: i64, with_zone: bool) -> String {
     );
     let zone = if with_zone { "+00" } else { "" };
     let bc = if year <= 0 { " BC" } else { "" };
-    format!("{ymd} {}{zone}{bc}", format_time_of_day(time as u64, false))
+    format!(
+        "{ymd} {}{zone}{bc}",
+        format_time_of_day(time.unsigned_abs(), false)
+    )
 }
 
 /// `timestamp + interval` (months first, clamping the day to the month's end, then days, then
@@ -478,8 +485,9 @@ pub(crate) fn add_interval(ts: i64, iv: &Interval) -> Option<i64> {
         let total = date.year() as i64 * 12 + date.month0() as i64 + iv.months as i64;
         let (year, month0) = (total.div_euclid(12), total.rem_euclid(12));
         let year = i32::try_from(year).ok()?;
-        let last = last_day_of_month(year, month0 as u32 + 1)?;
-        date = NaiveDate::from_ymd_opt(year, month0 as u32 + 1, date.day().min(last))?;
+        let month = u32::try_from(month0).ok()? + 1;
+        let last = last_day_of_month(year, month)?;
+        date = NaiveDate::from_ymd_opt(year, month, date.day().min(last))?;
     }
     let days = (date - epoch()).num_days().checked_add(iv.days as i64)?;
     let result = days

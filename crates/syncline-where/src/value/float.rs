@@ -39,7 +39,7 @@ pub(crate) fn to_text(v: f64, single: bool) -> String {
         return (if v > 0.0 { "Infinity" } else { "-Infinity" }).into();
     }
     let sci = if single {
-        format!("{:e}", v as f32)
+        format!("{:e}", to_float4(v))
     } else {
         format!("{v:e}")
     };
@@ -56,16 +56,12 @@ pub(crate) fn to_text(v: f64, single: bool) -> String {
     };
     let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
     let point = exponent + 1;
-    let body = if point <= 0 {
-        format!("0.{}{}", "0".repeat((-point) as usize), digits)
-    } else if point as usize >= digits.len() {
-        format!("{}{}", digits, "0".repeat(point as usize - digits.len()))
-    } else {
-        format!(
-            "{}.{}",
-            &digits[..point as usize],
-            &digits[point as usize..]
-        )
+    let body = match usize::try_from(point) {
+        Err(_) | Ok(0) => format!("0.{}{}", "0".repeat(point.unsigned_abs() as usize), digits),
+        Ok(point) if point >= digits.len() => {
+            format!("{}{}", digits, "0".repeat(point - digits.len()))
+        }
+        Ok(point) => format!("{}.{}", &digits[..point], &digits[point..]),
     };
     if negative && body != "0" {
         format!("-{body}")
@@ -77,6 +73,15 @@ pub(crate) fn to_text(v: f64, single: bool) -> String {
 }
 
 /// Postgres's float order: NaN equals NaN and sorts above everything; -0 equals 0.
+/// `v` rounded to the nearest `float4` (`real`), as Postgres stores one.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "rounding to single precision is the operation"
+)]
+pub(crate) fn to_float4(v: f64) -> f32 {
+    v as f32
+}
+
 pub(crate) fn compare(a: f64, b: f64) -> Ordering {
     match (a.is_nan(), b.is_nan()) {
         (true, true) => Ordering::Equal,

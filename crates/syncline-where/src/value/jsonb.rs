@@ -186,7 +186,7 @@ impl Jsonb {
             scalar => std::slice::from_ref(scalar),
         };
         let i = if index < 0 {
-            items.len() as i64 + index
+            i64::try_from(items.len()).ok()? + index
         } else {
             index
         };

@@ -180,8 +180,12 @@ fn parse_int(text: &str, min: i64, max: i64, name: &'static str) -> Result<i64, 
         return Err(EvalError::invalid(name, text.as_bytes()));
     }
     let digits = format!("{}{}", if t.starts_with('-') { "-" } else { "" }, plain);
-    match digits.parse::<i128>() {
-        Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as i64),
+    match digits
+        .parse::<i128>()
+        .ok()
+        .and_then(|v| i64::try_from(v).ok())
+    {
+        Some(v) if v >= min && v <= max => Ok(v),
         _ => Err(EvalError::Other(format!(
             "value \"{text}\" is out of range for type {name}"
         ))),

@@ -76,7 +76,8 @@ impl Numeric {
     pub(crate) fn checked(self) -> Result<Numeric, EvalError> {
         if let Numeric::Finite(v) = &self {
             let (digits, scale) = v.as_bigint_and_exponent();
-            let integer_digits = digits.magnitude().to_string().len() as i64 - scale;
+            let integer_digits =
+                i64::try_from(digits.magnitude().to_string().len()).unwrap_or(i64::MAX) - scale;
             if scale > SCALE_MAX || integer_digits > INTEGER_DIGITS_MAX {
                 return Err(EvalError::Other("value overflows numeric format".into()));
             }
@@ -244,11 +245,12 @@ fn weight_and_first_digit(v: &BigDecimal) -> (i64, i64) {
     if digits == "0" {
         return (0, 0);
     }
-    let exponent = digits.len() as i64 - 1 - scale;
+    let exponent = i64::try_from(digits.len()).unwrap_or(i64::MAX) - 1 - scale;
     let weight = exponent.div_euclid(BASE_DIGITS);
-    let lead = (exponent - weight * BASE_DIGITS + 1) as usize;
+    let lead = usize::try_from(exponent - weight * BASE_DIGITS + 1).expect("1..=BASE_DIGITS");
     let first: String = digits.chars().take(lead).collect();
-    let first = first.parse::<i64>().unwrap_or(0) * 10i64.pow((lead - first.len()) as u32);
+    let missing = u32::try_from(lead - first.len()).expect("below BASE_DIGITS");
+    let first = first.parse::<i64>().unwrap_or(0) * 10i64.pow(missing);
     (weight, first)
 }
 
@@ -275,10 +277,11 @@ fn divide_round(a: &BigDecimal, b: &BigDecimal, scale: i64) -> BigDecimal {
     let (mb, sb) = b.as_bigint_and_exponent();
     let shift = scale + sb - sa;
     let ten = BigInt::from(10);
+    let shift_abs = u32::try_from(shift.unsigned_abs()).expect("scales are bounded by SCALE_MAX");
     let (num, den) = if shift >= 0 {
-        (ma * ten.pow(shift as u32), mb)
+        (ma * ten.pow(shift_abs), mb)
     } else {
-        (ma, mb * ten.pow((-shift) as u32))
+        (ma, mb * ten.pow(shift_abs))
     };
     let negative = (num.sign() == Sign::Minus) != (den.sign() == Sign::Minus);
     let (n, d) = (num.abs(), den.abs());

@@ -361,7 +361,7 @@ pub fn random_seed(label: &str) -> u64 {
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
                 .unwrap_or(1)
         });
     println!("{label}: random seed {seed} (replay with SYNCLINE_WHERE_SEED={seed})");

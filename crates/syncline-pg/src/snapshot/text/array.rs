@@ -13,16 +13,17 @@ pub fn write_array(out: &mut Vec<u8>, raw: &[u8], elem: &TextDecoder) -> PgResul
     let ndim = r.i32().ok_or_else(|| bad("header"))?;
     r.i32().ok_or_else(|| bad("header"))?; // has-null flag
     r.i32().ok_or_else(|| bad("header"))?; // element type oid
-    if !(0..=DIMS_MAX as i32).contains(&ndim) {
-        return Err(bad("dimension count"));
-    }
+    let ndim = usize::try_from(ndim)
+        .ok()
+        .filter(|n| *n <= DIMS_MAX)
+        .ok_or_else(|| bad("dimension count"))?;
     let mut dims = [(0i64, 0i64); DIMS_MAX];
-    for dim in dims.iter_mut().take(ndim as usize) {
+    for dim in dims.iter_mut().take(ndim) {
         let len = r.i32().ok_or_else(|| bad("dimensions"))?;
         let lower = r.i32().ok_or_else(|| bad("dimensions"))?;
         *dim = (i64::from(len), i64::from(lower));
     }
-    let dims = &dims[..ndim as usize];
+    let dims = &dims[..ndim];
     if dims.is_empty() || dims.iter().any(|(len, _)| *len == 0) {
         out.extend_from_slice(b"{}");
         return Ok(());
@@ -64,12 +65,12 @@ fn write_dim(
         let len = r
             .i32()
             .ok_or_else(|| PgError::Protocol("malformed binary array: element length".into()))?;
-        if len < 0 {
+        let Ok(len) = usize::try_from(len) else {
             out.extend_from_slice(b"NULL");
             continue;
-        }
+        };
         let value = r
-            .take(len as usize)
+            .take(len)
             .ok_or_else(|| PgError::Protocol("malformed binary array: element".into()))?;
         scratch.clear();
         match elem {

@@ -11,6 +11,11 @@ const USECS_PER_HOUR: i64 = 60 * USECS_PER_MINUTE;
 const USECS_PER_DAY: i64 = 24 * USECS_PER_HOUR;
 
 /// Proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01; year 0 is 1 BC.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "day is 1..=31 and month 1..=12 by construction"
+)]
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -25,6 +30,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// Appends a non-negative `v` with at least `width` digits, zero-padded.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "single decimal digits of a non-negative v below 100"
+)]
 fn pad(out: &mut Vec<u8>, v: i64, width: usize) {
     debug_assert!(v >= 0);
     if width == 2 && v < 100 {

@@ -74,6 +74,11 @@ const NUDGE_ZEROS: &str = "000000000000000000000";
 
 impl Decimal {
     /// Reads `-1.25e-7`, `1234.5`, `0.001` (Ryu's and Rust's `{:e}` forms).
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_possible_wrap,
+        reason = "positions within a float's shortest text, at most 40 bytes"
+    )]
     fn parse(text: &str) -> Decimal {
         let (negative, text) = match text.strip_prefix('-') {
             Some(t) => (true, t),
@@ -168,10 +173,13 @@ impl Decimal {
         if (-4..fixed_exp_max).contains(&exp) {
             if exp < 0 {
                 out.extend_from_slice(b"0.");
-                out.extend(std::iter::repeat_n(b'0', (-exp - 1) as usize));
+                out.extend(std::iter::repeat_n(
+                    b'0',
+                    usize::try_from(-exp - 1).unwrap_or(0),
+                ));
                 out.extend_from_slice(digits);
             } else {
-                let int_len = exp as usize + 1;
+                let int_len = usize::try_from(exp).unwrap_or(0) + 1;
                 if digits.len() <= int_len {
                     out.extend_from_slice(digits);
                     out.extend(std::iter::repeat_n(b'0', int_len - digits.len()));
@@ -212,18 +220,17 @@ pub fn write_numeric(out: &mut Vec<u8>, raw: &[u8]) -> PgResult<()> {
     }
     let word = |i: usize| u16::from_be_bytes([raw[2 * i], raw[2 * i + 1]]);
     let ndigits = word(0) as usize;
-    let weight = word(1) as i16 as i64;
+    let weight = i64::from(i16::from_be_bytes([raw[2], raw[3]]));
     let sign = word(2);
     let dscale = word(3) as usize;
     if raw.len() != 8 + 2 * ndigits {
         return Err(bad());
     }
     let digit = |i: i64| {
-        if (0..ndigits as i64).contains(&i) {
-            word(4 + i as usize)
-        } else {
-            0
-        }
+        usize::try_from(i)
+            .ok()
+            .filter(|i| *i < ndigits)
+            .map_or(0, |i| word(4 + i))
     };
     let special: &[u8] = match sign {
         NUMERIC_NAN => b"NaN",

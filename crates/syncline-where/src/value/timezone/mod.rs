@@ -100,7 +100,9 @@ impl Zone {
             )));
         }
         // Postgres keeps the seconds in an int: they wrap at 32 bits.
-        Ok(Zone::Fixed((iv.micros / USECS_PER_SEC) as i32 as i64))
+        #[allow(clippy::cast_possible_truncation, reason = "the wrap is Postgres's")]
+        let seconds = (iv.micros / USECS_PER_SEC) as i32;
+        Ok(Zone::Fixed(i64::from(seconds)))
     }
 
     /// The local time in the zone at instant `utc` (microseconds).
