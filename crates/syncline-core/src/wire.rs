@@ -38,7 +38,7 @@ pub mod header {
 }
 
 /// What a change message does to its row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// The row is new to the shape.
     Insert,

@@ -1,17 +1,9 @@
 //! What the engine stores: messages addressed by offset.
 
+/// The operation a message describes (Electric's vocabulary, one definition in core);
+/// compaction needs it, readers never look at it.
+pub use syncline_core::wire::Operation;
 use syncline_core::LogOffset;
-
-/// The operation a message describes; compaction needs it, readers never look at it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    /// The row entered the shape.
-    Insert,
-    /// The row changed.
-    Update,
-    /// The row left the shape.
-    Delete,
-}
 
 /// One message to append: its offset, the row key, the operation, and the exact JSON bytes a
 /// client receives.

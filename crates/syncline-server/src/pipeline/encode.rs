@@ -224,12 +224,7 @@ impl ChangeEncoder {
             json.extend_from_slice(wire::OLD_VALUE_FIELD);
             self.write_object(&mut json, old, changed);
         }
-        let operation = match op {
-            Operation::Insert => wire::Operation::Insert,
-            Operation::Update => wire::Operation::Update,
-            Operation::Delete => wire::Operation::Delete,
-        };
-        wire::write_headers_start(&mut json, operation, &self.relation_json);
+        wire::write_headers_start(&mut json, op, &self.relation_json);
         if let Some((side, other_key)) = key_change {
             wire::write_key_change(&mut json, side, other_key);
         }
