@@ -15,13 +15,16 @@ use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::header::CONNECTION;
+use axum::http::HeaderValue;
 use axum::Router;
-use hyper::body::Incoming;
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -110,7 +113,23 @@ async fn serve_connection(
         if over_limit {
             request.extensions_mut().insert(OverLimit);
         }
-        app.clone().oneshot(request)
+        let read_to_end = Arc::new(AtomicBool::new(request.body().is_end_stream()));
+        let request = request.map(|inner| TrackedBody {
+            inner,
+            read_to_end: read_to_end.clone(),
+        });
+        let app = app.clone();
+        async move {
+            let mut response = app.oneshot(request).await?;
+            if !read_to_end.load(Ordering::Acquire) {
+                // The rest of the body is still on the wire: the connection cannot carry another
+                // request, and saying so keeps the client from sending one on it.
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -120,6 +139,36 @@ async fn serve_connection(
         .await;
     if let Err(e) = served {
         tracing::debug!(error = %e, "connection closed");
+    }
+}
+
+/// A request body that records whether it was read to its end.
+struct TrackedBody {
+    inner: Incoming,
+    read_to_end: Arc<AtomicBool>,
+}
+
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read_to_end.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
