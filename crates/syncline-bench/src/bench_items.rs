@@ -13,7 +13,7 @@ use syncline_testkit::PgCluster;
 use tokio_postgres::Client;
 
 /// The table's definition.
-pub const CREATE_TABLE: &str = "CREATE TABLE bench_items (id bigint PRIMARY KEY, org_id int, status smallint, qty int,
+pub const CREATE_TABLE: &str = "CREATE TABLE public.bench_items (id bigint PRIMARY KEY, org_id int, status smallint, qty int,
     price numeric(12,2), score float8, name text, descr text, created_at timestamptz, updated_at timestamp, flag bool)";
 
 /// Bytes `pg_recvlogical` must at least write per row for its run to count.
@@ -23,7 +23,7 @@ const RECVLOGICAL_BYTES_PER_ROW_MIN: u64 = 100;
 /// `descr` is ~65 characters.
 pub fn insert_rows_sql(first: impl Display, last: impl Display) -> String {
     format!(
-        "INSERT INTO bench_items SELECT g, (g % 1000)::int, (g % 5)::smallint, ((g * 7) % 10000)::int,
+        "INSERT INTO public.bench_items SELECT g, (g % 1000)::int, (g % 5)::smallint, ((g * 7) % 10000)::int,
            ((g % 100000) / 100.0)::numeric(12,2), random(), 'item ' || g, md5(g::text) || md5((g + 1)::text) || ' x',
            timestamptz '2024-01-01 00:00+00' + g * interval '1 second', timestamp '2024-01-01' + g * interval '1 minute', g % 2 = 0
          FROM generate_series({first}, {last}) g"
@@ -44,7 +44,7 @@ pub async fn create(client: &Client, rows: i64) -> Result<(), tokio_postgres::Er
     eprintln!("generating {rows} rows…");
     client.batch_execute(&insert_rows_sql(1, rows)).await?;
     client
-        .batch_execute("VACUUM (FREEZE, ANALYZE) bench_items")
+        .batch_execute("VACUUM (FREEZE, ANALYZE) public.bench_items")
         .await
 }
 

@@ -23,7 +23,8 @@ use crate::tls::{tls_failure, worth_retrying_without_tls, SslMode, TlsSettings};
 /// database sets: values are rendered exactly as Electric's clients expect, and string literals
 /// are read the way `syncline_core::sql` writes them. Sent as startup parameters (which take
 /// precedence over `ALTER ROLE`/`ALTER DATABASE` settings) and, on ordinary connections, as
-/// `SET` statements too.
+/// `SET` statements too. The search path is `pg_catalog` alone: every relation Syncline names
+/// is schema-qualified, and the built-in functions a where clause calls cannot be shadowed.
 pub const SESSION_SETTINGS: &[(&str, &str)] = &[
     ("client_encoding", "UTF8"),
     ("standard_conforming_strings", "on"),
@@ -33,6 +34,7 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
     ("TimeZone", "UTC"),
     ("extra_float_digits", "1"),
     ("IntervalStyle", "iso_8601"),
+    ("search_path", "pg_catalog"),
 ];
 
 /// Where and as whom to connect: parsed from a `postgres://` URL or a libpq key-value string.

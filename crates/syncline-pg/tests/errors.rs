@@ -75,7 +75,7 @@ async fn reading_a_table_without_permission_says_permission_denied() {
 
     let client = syncline_pg::connect(&config).await.unwrap();
     let e: PgError = client
-        .query("SELECT * FROM secret", &[])
+        .query("SELECT * FROM public.secret", &[])
         .await
         .unwrap_err()
         .into();
@@ -85,13 +85,16 @@ async fn reading_a_table_without_permission_says_permission_denied() {
     let mut wire = WireConnection::connect(&config, "syncline-test", Mode::Query)
         .await
         .unwrap();
-    let e = wire.simple_query("SELECT * FROM secret").await.unwrap_err();
+    let e = wire
+        .simple_query("SELECT * FROM public.secret")
+        .await
+        .unwrap_err();
     assert_eq!(e.to_string(), expected);
     assert_eq!(e.kind(), ErrorKind::Permission);
 
     // Detail and hint are kept too.
     let e: PgError = client
-        .batch_execute("SELECT * FROM secret WHERE idd = 1")
+        .batch_execute("SELECT * FROM public.secret WHERE idd = 1")
         .await
         .unwrap_err()
         .into();
@@ -109,7 +112,7 @@ async fn reading_a_table_without_permission_says_permission_denied() {
         "{e}"
     );
     let wire_e = wire
-        .simple_query("SELECT * FROM secret WHERE idd = 1")
+        .simple_query("SELECT * FROM public.secret WHERE idd = 1")
         .await
         .unwrap_err();
     assert_eq!(wire_e.to_string(), e.to_string());

@@ -10,6 +10,11 @@ async fn tables_join_and_leave_the_publication_once() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     client.batch_execute(r#"CREATE SCHEMA "My Schema"; CREATE TABLE "My Schema"."Items" (id int PRIMARY KEY); CREATE TABLE plain (id int PRIMARY KEY)"#).await.unwrap();
     for _ in 0..2 {
         ensure_publication(&client, "pub").await.unwrap();
@@ -81,6 +86,10 @@ async fn a_partitioned_table_is_published_through_its_root() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     client
         .batch_execute(
             "CREATE TABLE m (id int, r text, PRIMARY KEY (id, r)) PARTITION BY LIST (r);

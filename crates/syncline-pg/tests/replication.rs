@@ -28,6 +28,11 @@ async fn fixture(tables: &str, slot: &str) -> Fixture {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     client.batch_execute(tables).await.unwrap();
     ensure_publication(&client, PUBLICATION).await.unwrap();
     let info = ensure_slot(&config, slot).await.unwrap();
@@ -361,6 +366,7 @@ async fn resumes_after_walsender_is_killed_without_loss_or_duplication() {
     let writer_config = f.config.clone();
     let writer = tokio::spawn(async move {
         let c = syncline_pg::connect(&writer_config).await.unwrap();
+        c.batch_execute("SET search_path = public").await.unwrap();
         let mut first = 0;
         for txn in 0..TXNS {
             let last = first + rows_in(txn) - 1;
@@ -379,6 +385,7 @@ async fn resumes_after_walsender_is_killed_without_loss_or_duplication() {
     let killer_writing = writing.clone();
     let killer = tokio::spawn(async move {
         let c = syncline_pg::connect(&killer_config).await.unwrap();
+        c.batch_execute("SET search_path = public").await.unwrap();
         let mut kills = 0;
         // Bounded, so the stream always gets to finish; spaced so it makes progress in between.
         while killer_writing.load(std::sync::atomic::Ordering::Relaxed) && kills < 8 {

@@ -35,6 +35,11 @@ async fn every_shutdown_mode_is_survived_without_loss_or_duplication() {
     {
         // Dropped before the restarts: a smart shutdown would wait for this session.
         let client = syncline_pg::connect(&config).await.unwrap();
+        // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+        client
+            .batch_execute("SET search_path = public")
+            .await
+            .unwrap();
         client
             .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
             .await
@@ -187,7 +192,7 @@ async fn write_rows(config: ConnConfig, restarts_done: Arc<AtomicBool>) {
         txn += 1;
         let inserted = client
             .execute(
-                "INSERT INTO t SELECT generate_series($1::int, $2::int)",
+                "INSERT INTO public.t SELECT generate_series($1::int, $2::int)",
                 &[&first, &(first + ROWS_PER_TXN - 1)],
             )
             .await;
@@ -200,7 +205,7 @@ async fn write_rows(config: ConnConfig, restarts_done: Arc<AtomicBool>) {
     loop {
         let inserted = match syncline_pg::connect(&config).await {
             Ok(client) => client
-                .execute("INSERT INTO t VALUES ($1)", &[&MARKER])
+                .execute("INSERT INTO public.t VALUES ($1)", &[&MARKER])
                 .await
                 .map_err(syncline_pg::PgError::from),
             Err(e) => Err(e),

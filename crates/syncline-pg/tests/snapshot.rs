@@ -15,6 +15,11 @@ async fn setup() -> (PgCluster, Client, ConnConfig) {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     (cluster, client, config)
 }
 
@@ -179,6 +184,9 @@ async fn recorded_snapshot_matches_what_the_rows_include() {
         .get(0);
     // A transaction still open while the snapshot is taken.
     let open = syncline_pg::connect(&config).await.unwrap();
+    open.batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     open.batch_execute("BEGIN; INSERT INTO t VALUES (2)")
         .await
         .unwrap();

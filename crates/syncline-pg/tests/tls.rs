@@ -227,6 +227,11 @@ async fn replication_streams_over_tls() {
     ))
     .unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
         .await

@@ -457,6 +457,11 @@ async fn binary_values_render_as_postgres_text() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = syncline_pg::ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    client
+        .batch_execute("SET search_path = public")
+        .await
+        .unwrap();
     let mut conn = WireConnection::connect(&config, "values-test", Mode::Query)
         .await
         .unwrap();

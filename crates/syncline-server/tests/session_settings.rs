@@ -78,3 +78,22 @@ async fn no_injection_without_standard_strings_on_the_role() {
 async fn no_injection_without_standard_strings_on_the_database() {
     literals_are_data_under("DATABASE postgres").await;
 }
+
+/// A search path that puts a schema before `pg_catalog` cannot swap the functions a where
+/// clause calls: the snapshot runs with `pg_catalog` alone on the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_search_path_cannot_replace_a_function() {
+    let f = fixture(&format!(
+        "{ITEMS}; CREATE SCHEMA evil; \
+         CREATE FUNCTION evil.lower(text) RETURNS text LANGUAGE sql AS $$ SELECT 'pwned' $$; \
+         ALTER ROLE postgres SET search_path = evil, pg_catalog, public;"
+    ))
+    .await;
+    let pwned = query(&[("table", "items"), ("where", "lower(name) = 'pwned'")]);
+    let (_, _, rows) = f.sync(&pwned).await;
+    assert!(rows.is_empty(), "the snapshot called evil.lower: {rows:?}");
+    let plain = query(&[("table", "items"), ("where", "lower(name) = 'plain'")]);
+    let (_, _, rows) = f.sync(&plain).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["value"]["id"], "1");
+}

@@ -45,6 +45,12 @@ fn call(name: &str, args: &[Expr], out: &mut String) {
 
 fn write(expr: &Expr, out: &mut String) {
     match expr {
+        // An enum's name is not qualified and the search path holds only pg_catalog: its NULL
+        // stays untyped (only `=` and `<>` apply to enums, and they take the other side's type).
+        Expr::Const {
+            value: None,
+            ty: Type::Enum(_),
+        } => out.push_str("NULL"),
         Expr::Const { value: None, ty } => out.push_str(&format!("NULL::{ty}")),
         Expr::Const {
             value: Some(v),
