@@ -32,6 +32,8 @@ const SETUP: &str = "
 
 /// Concurrent clients.
 const WORKERS: usize = 8;
+/// Longest query string sent (the client refuses URIs over 64 KiB).
+const QUERY_BYTES_MAX: usize = 60_000;
 
 /// Valid parameter values the mutations start from and splice in.
 const PARAMETER_VALUES: &[(&str, &[&str])] = &[
@@ -350,6 +352,13 @@ fn request(rng: &mut StdRng, handles: &[String]) -> Request {
     if rng.gen_bool(0.05) {
         query = mutate_text(rng, &query).replace(['#', ' '], "");
     }
+    if query.len() > QUERY_BYTES_MAX {
+        let cut = (0..=QUERY_BYTES_MAX)
+            .rev()
+            .find(|&at| query.is_char_boundary(at))
+            .unwrap_or(0);
+        query.truncate(cut);
+    }
     let (method, body) = match rng.gen_range(0..20) {
         0..=2 => (reqwest::Method::POST, Some(body(rng))),
         3 => (reqwest::Method::DELETE, None),
@@ -523,4 +532,33 @@ async fn mutated_requests_never_get_a_5xx_or_a_dropped_connection() {
         .await;
     let last = changes.last().expect("the row");
     assert_eq!(last["value"]["title"], "after fuzz", "{changes:?}");
+}
+
+/// Only a response sent while part of the request body is still unread ends the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_unread_body_closes_the_connection() {
+    let f = fixture_with(SETUP, |_| {}).await;
+    let url = format!("http://{}/v1/shape?table=items&offset=-1", f.server.addr);
+    let get = f.http.get(&url).send().await.unwrap();
+    assert_eq!(get.status(), 200);
+    assert_eq!(get.headers().get("connection"), None);
+    let post = f
+        .http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(r#"{"where":"id < 3"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 200);
+    assert_eq!(post.headers().get("connection"), None);
+    let put = f
+        .http
+        .put(&url)
+        .body(vec![b'x'; 64 << 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 405);
+    assert_eq!(put.headers().get("connection").unwrap(), "close");
 }

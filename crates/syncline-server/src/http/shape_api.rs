@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -134,10 +134,6 @@ async fn get(
         Err(response) => return response,
     };
     shape.touch();
-    if let Err(e) = shape.load_end() {
-        tracing::warn!(handle = %shape.handle, error = %e, "shape log could not be opened");
-        return internal_error();
-    }
     let serve = Serve {
         state,
         shape: &shape,
@@ -146,6 +142,9 @@ async fn get(
         request,
         ticket,
     };
+    if let Err(e) = shape.load_end() {
+        return serve.read_failed(&e).await;
+    }
     match &params.subset {
         Some(subset) => serve.subset(subset).await,
         None => serve.run().await,
@@ -396,14 +395,30 @@ struct Answer {
     no_change: bool,
 }
 
+/// How long a request may wait: for new data (the long-poll timeout), and for the shape's
+/// snapshot to produce its first data (never less than [`SNAPSHOT_WAIT_MIN`], so a short
+/// long-poll timeout does not fail initial requests while a snapshot runs).
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    live: Instant,
+    snapshot: Instant,
+}
+
+/// Shortest wait for a shape's snapshot before a request gives up with 503.
+const SNAPSHOT_WAIT_MIN: Duration = Duration::from_secs(20);
+
 impl Serve<'_> {
     async fn run(self) -> Response {
         let timeout = self.state.config.long_poll_timeout();
         let deadline = Instant::now() + timeout;
+        let deadlines = Deadlines {
+            live: deadline,
+            snapshot: Instant::now() + timeout.max(SNAPSHOT_WAIT_MIN),
+        };
         let from = match self.params.offset {
             RequestOffset::BeforeAll => None,
             RequestOffset::Now => {
-                return match self.wait_snapshot(deadline).await {
+                return match self.wait_snapshot(deadlines.snapshot).await {
                     Ok(()) => self.now(),
                     Err(r) => r,
                 }
@@ -423,10 +438,10 @@ impl Serve<'_> {
                                 ParamErrors::single("offset", "out of bounds for this shape");
                             return invalid(self.method, &errors);
                         }
-                        Err(e) => return self.read_failed(&e),
+                        Err(e) => return self.read_failed(&e).await,
                     }
                 }
-                Err(e) => return self.read_failed(&e),
+                Err(e) => return self.read_failed(&e).await,
             },
         };
         if let (true, Some(o), Some(start)) = (self.params.live_sse, from, start) {
@@ -435,8 +450,8 @@ impl Serve<'_> {
             }
             return self.sse(o, start);
         }
-        match self.answer(start, deadline).await {
-            Ok(answer) => self.respond(answer),
+        match self.answer(start, deadlines).await {
+            Ok(answer) => self.respond(answer).await,
             Err(response) => response,
         }
     }
@@ -449,26 +464,32 @@ impl Serve<'_> {
         })
     }
 
-    /// The answer when the shape's log cannot be read.
-    fn read_failed(&self, error: &syncline_storage::StorageError) -> Response {
+    /// The answer when the shape's log cannot be read: 409 when the shape went away meanwhile
+    /// (its files are deleted with it), else 500.
+    async fn read_failed(&self, error: &(dyn std::fmt::Display + Sync)) -> Response {
+        if self.shape.state().gone {
+            return self.gone().await;
+        }
         tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed");
         internal_error()
     }
 
     /// Reads until there is something to send: data readable from `from` (a whole chunk while
     /// the snapshot runs), or, for live requests, until new data arrives or the timeout.
-    async fn answer(&self, from: Option<LogOffset>, deadline: Instant) -> Result<Answer, Response> {
+    async fn answer(
+        &self,
+        from: Option<LogOffset>,
+        deadlines: Deadlines,
+    ) -> Result<Answer, Response> {
         let mut changes = self.shape.subscribe();
         loop {
             let st = changes.borrow_and_update().clone();
             self.check_alive(&st).await?;
-            let read = tokio::task::block_in_place(|| {
-                self.shape.with_reader(|r| r.read(from))
-            })
-            .map_err(|e| {
-                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
-                internal_error()
-            })?;
+            let read =
+                match tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from))) {
+                    Ok(read) => read,
+                    Err(e) => return Err(self.read_failed(&e).await),
+                };
             let ready = st.snapshot_done || read.chunk_closed;
             let has_data = read.body.is_some();
             if ready && (has_data || !self.params.live) {
@@ -483,7 +504,12 @@ impl Serve<'_> {
                     no_change: false,
                 });
             }
-            let waited = tokio::time::timeout_at(deadline, changes.changed()).await;
+            let until = if ready {
+                deadlines.live
+            } else {
+                deadlines.snapshot
+            };
+            let waited = tokio::time::timeout_at(until, changes.changed()).await;
             match waited {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) => return Err(self.gone().await),
@@ -555,7 +581,7 @@ impl Serve<'_> {
         self.finish(headers, None, body)
     }
 
-    fn respond(&self, answer: Answer) -> Response {
+    async fn respond(&self, answer: Answer) -> Response {
         let end = position::client_offset(&answer.read);
         let control = answer.up_to_date.then(|| {
             let lsn = if self.params.live && answer.has_data {
@@ -593,10 +619,7 @@ impl Serve<'_> {
         };
         let body = match body {
             Ok(body) => body,
-            Err(e) => {
-                tracing::warn!(handle = %self.shape.handle, error = %e, "shape log read failed");
-                return internal_error();
-            }
+            Err(e) => return self.read_failed(&e).await,
         };
         self.finish(headers, Some(etag), body)
     }
