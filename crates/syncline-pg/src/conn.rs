@@ -23,8 +23,10 @@ use crate::tls::{tls_failure, worth_retrying_without_tls, SslMode, TlsSettings};
 /// database sets: values are rendered exactly as Electric's clients expect, and string literals
 /// are read the way `syncline_core::sql` writes them. Sent as startup parameters (which take
 /// precedence over `ALTER ROLE`/`ALTER DATABASE` settings) and, on ordinary connections, as
-/// `SET` statements too. The search path is `pg_catalog` alone: every relation Syncline names
-/// is schema-qualified, and the built-in functions a where clause calls cannot be shadowed.
+/// `SET` statements too. The search path is `pg_catalog, public`, whatever the role says: the
+/// built-ins a where clause calls come first, no other schema is searched, and Postgres names
+/// a type of `public` unqualified in its messages, as it does for Electric. Every relation
+/// Syncline names is schema-qualified.
 pub const SESSION_SETTINGS: &[(&str, &str)] = &[
     ("client_encoding", "UTF8"),
     ("standard_conforming_strings", "on"),
@@ -34,7 +36,7 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
     ("TimeZone", "UTC"),
     ("extra_float_digits", "1"),
     ("IntervalStyle", "iso_8601"),
-    ("search_path", "pg_catalog"),
+    ("search_path", "pg_catalog, public"),
 ];
 
 /// Where and as whom to connect: parsed from a `postgres://` URL or a libpq key-value string.
@@ -343,11 +345,13 @@ impl TlsConnect<Socket> for RustlsConnect {
     }
 }
 
-/// `SET` statements for [`SESSION_SETTINGS`].
+/// Statements applying [`SESSION_SETTINGS`]. `set_config` reads a value as the configuration
+/// file does, so a list (`pg_catalog, public`) stays a list; a quoted `SET` value would be one
+/// schema name.
 pub fn session_settings_sql() -> String {
     SESSION_SETTINGS
         .iter()
-        .map(|(k, v)| format!("SET {k} = '{v}';"))
+        .map(|(k, v)| format!("SELECT pg_catalog.set_config('{k}', '{v}', false);"))
         .collect()
 }
 

@@ -29,7 +29,7 @@ async fn million_row_transaction_decodes_in_bounded_memory() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
-    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
     client
         .batch_execute("SET search_path = public")
         .await

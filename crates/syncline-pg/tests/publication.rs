@@ -10,7 +10,7 @@ async fn tables_join_and_leave_the_publication_once() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
-    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
     client
         .batch_execute("SET search_path = public")
         .await

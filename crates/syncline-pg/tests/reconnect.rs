@@ -49,7 +49,7 @@ async fn backoff_grows_to_the_maximum_although_next_is_cancelled() {
     let mut cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = ConnConfig::parse(&cluster.url("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
-    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
     client
         .batch_execute("SET search_path = public")
         .await

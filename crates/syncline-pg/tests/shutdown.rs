@@ -35,7 +35,7 @@ async fn every_shutdown_mode_is_survived_without_loss_or_duplication() {
     {
         // Dropped before the restarts: a smart shutdown would wait for this session.
         let client = syncline_pg::connect(&config).await.unwrap();
-        // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+        // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
         client
             .batch_execute("SET search_path = public")
             .await

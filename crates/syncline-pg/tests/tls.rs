@@ -227,7 +227,7 @@ async fn replication_streams_over_tls() {
     ))
     .unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
-    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
     client
         .batch_execute("SET search_path = public")
         .await

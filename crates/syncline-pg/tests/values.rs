@@ -457,7 +457,7 @@ async fn binary_values_render_as_postgres_text() {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let config = syncline_pg::ConnConfig::parse(&cluster.connection_string("postgres")).unwrap();
     let client = syncline_pg::connect(&config).await.unwrap();
-    // The tests name their tables unqualified; Syncline's sessions search pg_catalog only.
+    // The tests name their tables unqualified; Syncline's sessions search pg_catalog first.
     client
         .batch_execute("SET search_path = public")
         .await

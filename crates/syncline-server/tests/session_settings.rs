@@ -80,7 +80,7 @@ async fn no_injection_without_standard_strings_on_the_database() {
 }
 
 /// A search path that puts a schema before `pg_catalog` cannot swap the functions a where
-/// clause calls: the snapshot runs with `pg_catalog` alone on the path.
+/// clause calls: the snapshot runs with Syncline's own path (`pg_catalog, public`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_search_path_cannot_replace_a_function() {
     let f = fixture(&format!(

@@ -45,8 +45,8 @@ fn call(name: &str, args: &[Expr], out: &mut String) {
 
 fn write(expr: &Expr, out: &mut String) {
     match expr {
-        // An enum's name is not qualified and the search path holds only pg_catalog: its NULL
-        // stays untyped (only `=` and `<>` apply to enums, and they take the other side's type).
+        // An enum's name is not qualified, and the search path is pinned (pg_catalog, public):
+        // its NULL stays untyped (only `=` and `<>` apply to enums, and they take the other side's type).
         Expr::Const {
             value: None,
             ty: Type::Enum(_),
