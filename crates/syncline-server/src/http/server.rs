@@ -2,8 +2,9 @@
 //! client can make the server unreachable.
 //!
 //! - At most `max_connections` connections are served; [`RESERVED_CONNECTIONS`] more are
-//!   accepted for `/v1/health` and `/metrics` only (anything else on them gets 503), and past
-//!   those a connection is closed as soon as it is accepted.
+//!   accepted, and while more than `max_connections` are open only `/v1/health` and `/metrics`
+//!   are answered (anything else gets 503); past those a connection is closed as soon as it is
+//!   accepted.
 //! - A connection that sends no complete request head within the idle timeout is closed, also
 //!   between requests (slowloris and idle keep-alive alike).
 //! - A response write that makes no progress for `ELECTRIC_TCP_SEND_TIMEOUT` closes the
@@ -83,11 +84,11 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits)
             drop((stream, guard));
             continue;
         }
-        let over_limit = count >= limits.max_connections;
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let open = open.clone();
         tokio::spawn(async move {
-            serve_connection(stream, app, limits, over_limit).await;
+            serve_connection(stream, app, limits, open).await;
             drop(guard);
         });
     }
@@ -102,15 +103,18 @@ impl Drop for OpenConnection {
     }
 }
 
+/// Serves one connection. Whether a request is over the limit is decided when it arrives, by
+/// the connections open then, so a connection accepted during a flood is served in full once
+/// the flood is gone.
 async fn serve_connection(
     stream: TcpStream,
     app: Router,
     limits: ConnectionLimits,
-    over_limit: bool,
+    open: Arc<AtomicUsize>,
 ) {
     let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-        if over_limit {
+        if open.load(Ordering::Acquire) > limits.max_connections {
             request.extensions_mut().insert(OverLimit);
         }
         let read_to_end = Arc::new(AtomicBool::new(request.body().is_end_stream()));
