@@ -793,3 +793,22 @@ async fn snapshot_and_log_chunks_are_cut_at_the_threshold() {
         );
     }
 }
+
+/// A short long-poll timeout does not fail an initial request whose snapshot is held up
+/// (here by a lock): the request waits for the snapshot, not for the long-poll timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_held_up_longer_than_the_long_poll_timeout_is_waited_for() {
+    let f = common::fixture_with(ITEMS, |c| c.long_poll_timeout_ms = 100).await;
+    f.sync("table=items").await;
+    f.db.batch_execute("BEGIN; LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let request = f.get("table=items&offset=-1&where=id%20%3E%200");
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        f.db.batch_execute("COMMIT").await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(request, release);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(!reply.changes().is_empty(), "{}", reply.body);
+}
