@@ -365,23 +365,13 @@ impl Shapes {
         shape: &Shape,
         visibility: &PgSnapshot,
     ) -> Result<(), StepError> {
-        let meta = ShapeMeta::new(
-            &shape.handle,
-            &shape.definition,
-            &shape.relation,
-            Some(visibility),
-            false,
-        );
-        tokio::task::block_in_place(|| self.meta.save(&meta))?;
+        self.save_snapshot_state(shape, visibility, false)?;
         shape.set_visibility(visibility.clone());
         let started = Command::SnapshotStarted {
             handle: shape.handle.clone(),
             visibility: visibility.clone(),
         };
-        self.commands
-            .send(started)
-            .await
-            .map_err(|_| StepError::Removed)
+        self.send_step(started).await
     }
 
     /// The snapshot of `shape` is complete and durable in its log: the metadata says so (a
@@ -391,19 +381,35 @@ impl Shapes {
         shape: &Shape,
         visibility: &PgSnapshot,
     ) -> Result<(), StepError> {
+        self.save_snapshot_state(shape, visibility, true)?;
+        let done = Command::SnapshotDone {
+            handle: shape.handle.clone(),
+        };
+        self.send_step(done).await
+    }
+
+    /// Writes `shape`'s metadata with its snapshot's visibility and whether it is complete.
+    fn save_snapshot_state(
+        &self,
+        shape: &Shape,
+        visibility: &PgSnapshot,
+        complete: bool,
+    ) -> Result<(), StepError> {
         let meta = ShapeMeta::new(
             &shape.handle,
             &shape.definition,
             &shape.relation,
             Some(visibility),
-            true,
+            complete,
         );
         tokio::task::block_in_place(|| self.meta.save(&meta))?;
-        let done = Command::SnapshotDone {
-            handle: shape.handle.clone(),
-        };
+        Ok(())
+    }
+
+    /// Tells the pipeline a lifecycle step; a closed channel means the shape was removed.
+    async fn send_step(&self, command: Command) -> Result<(), StepError> {
         self.commands
-            .send(done)
+            .send(command)
             .await
             .map_err(|_| StepError::Removed)
     }
