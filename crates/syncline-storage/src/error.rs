@@ -52,6 +52,9 @@ pub enum StorageError {
     /// Writer options out of range.
     #[error("invalid writer options: {0}")]
     InvalidOptions(String),
+    /// The store was opened read-only ([`crate::Store::open_read_only`]): it never writes.
+    #[error("the shape store is open read-only: {0} refused")]
+    ReadOnly(&'static str),
     /// An earlier I/O failure left the writer in an unknown state; reopen the shape to recover.
     #[error("writer stopped after an earlier failure; reopen the shape to recover")]
     Poisoned,

@@ -60,7 +60,7 @@ pub use options::{
     WriterOptions, CHUNK_BYTES_MAX_DEFAULT, JOURNAL_BYTES_MAX_DEFAULT,
     WRITE_BUFFER_BYTES_MAX_DEFAULT,
 };
-pub use reader::{FileRange, MessageSpan, Messages, ReadResult, Reader};
+pub use reader::{FileRange, LogEnd, MessageSpan, Messages, ReadResult, Reader};
 pub use store::{Store, SHAPE_ID_BYTES_MAX};
 pub use syncline_core::LogOffset;
 pub use writer::Writer;

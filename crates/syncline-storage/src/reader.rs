@@ -65,6 +65,15 @@ pub struct ReadResult {
     pub chunk: u64,
 }
 
+/// Where a log's committed data ends, as a reader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogEnd {
+    /// The last committed offset (`None`: nothing committed yet).
+    pub last_committed: Option<LogOffset>,
+    /// The initial snapshot was complete at that offset.
+    pub snapshot_complete: bool,
+}
+
 /// One message of a response: its offset, its operation, and where its JSON lies in the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageSpan {
@@ -260,6 +269,45 @@ impl Reader {
             .ok()
             .and_then(|i| self.entries.get(i))
             .map(|e| e.last))
+    }
+
+    /// Where the committed data visible now ends: the last committed offset (`None` when
+    /// nothing is committed yet) and whether the initial snapshot was complete there. Costs a
+    /// `stat` of the index and one read of the tail's last records.
+    pub fn end(&mut self) -> Result<LogEnd> {
+        self.refresh_index(false)?;
+        let end = match self.tail_end()? {
+            Some(end) => end,
+            None => {
+                // The tail moved on since the index was read: a chunk closed meanwhile.
+                self.refresh_index(true)?;
+                self.tail_end()?
+                    .ok_or_else(|| corrupt(&self.dir, "tail chunk files missing"))?
+            }
+        };
+        Ok(end)
+    }
+
+    /// [`Reader::end`] from the index as read; `None` if the tail chunk's files are gone.
+    fn tail_end(&self) -> Result<Option<LogEnd>> {
+        let seq = to_u64(self.entries.len());
+        let Some(files) = self.open_chunk(seq, 0, false, true)? else {
+            return Ok(None);
+        };
+        let end = match tail_end(files.recs(), &self.dir, seq)? {
+            Some(end) => LogEnd {
+                last_committed: Some(end.commit.offset),
+                snapshot_complete: end.commit.flags & FLAG_SNAPSHOT_DONE != 0,
+            },
+            None => LogEnd {
+                last_committed: self.entries.last().map(|e| e.last),
+                snapshot_complete: self
+                    .entries
+                    .last()
+                    .is_some_and(|e| e.flags & u16::from(FLAG_SNAPSHOT_DONE) != 0),
+            },
+        };
+        Ok(Some(end))
     }
 
     fn read_with(

@@ -22,6 +22,8 @@ pub const SHAPE_ID_BYTES_MAX: usize = 200;
 #[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
+    /// Opened read-only: every call that would write fails with [`StorageError::ReadOnly`].
+    read_only: bool,
 }
 
 impl Store {
@@ -40,14 +42,42 @@ impl Store {
                 fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
             }
         }
-        Ok(Store { root })
+        Ok(Store {
+            root,
+            read_only: false,
+        })
     }
 
-    /// Opens an existing storage root without creating or changing anything (for readers).
+    /// Opens an existing storage root without creating or changing anything: readers only.
+    /// Creating, opening a writer and deleting fail with [`StorageError::ReadOnly`], so a
+    /// process that shares the root with a writer can never change its files.
     pub fn open_read_only(root: impl Into<PathBuf>) -> Result<Store> {
         let root = root.into();
         fs::metadata(&root).map_err(io_err(&root))?;
-        Ok(Store { root })
+        Ok(Store {
+            root,
+            read_only: true,
+        })
+    }
+
+    /// The same storage root, read-only (no I/O).
+    pub fn to_read_only(&self) -> Store {
+        Store {
+            root: self.root.clone(),
+            read_only: true,
+        }
+    }
+
+    /// Whether the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn check_writable(&self, what: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(StorageError::ReadOnly(what));
+        }
+        Ok(())
     }
 
     /// The storage root.
@@ -58,6 +88,7 @@ impl Store {
     /// Creates a shape's storage and returns its writer. The shape appears atomically: it is
     /// built in a hidden directory, synced, then renamed into place.
     pub fn create_shape(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
+        self.check_writable("creating a shape")?;
         let dir = self.shape_dir(shape)?;
         if dir.exists() {
             return Err(StorageError::ShapeExists(shape.into()));
@@ -99,6 +130,7 @@ impl Store {
     /// After a [`Writer::close`] that left a close record this writes nothing and scans nothing;
     /// otherwise it runs recovery (see `docs/storage-format.md`).
     pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
+        self.check_writable("opening a writer")?;
         open_writer(&self.shape_dir(shape)?, shape, options)
     }
 
@@ -115,6 +147,7 @@ impl Store {
 
     /// Deletes a shape that has no writer. Readers with open files keep reading them.
     pub fn delete_shape(&self, shape: &str) -> Result<()> {
+        self.check_writable("deleting a shape")?;
         let dir = self.shape_dir(shape)?;
         let _lock = lock_shape(&dir, shape)?;
         let nanos = SystemTime::now()

@@ -486,3 +486,46 @@ fn a_close_discards_an_open_transaction() {
     let (lines, _) = read_all(&mut store.open_reader("s").unwrap(), None);
     assert_eq!(lines, lines_of(&[committed, again].concat()));
 }
+
+#[test]
+fn a_read_only_store_reads_beside_the_writer_and_refuses_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let reader_store = Store::open_read_only(dir.path()).unwrap();
+    let mut r = reader_store.open_reader("s").unwrap();
+    assert_eq!(
+        r.end().unwrap().last_committed,
+        None,
+        "nothing committed yet"
+    );
+    let mut all = Vec::new();
+    for tx in 1..=80 {
+        let msgs = txn(tx, 5);
+        let refs: Vec<_> = msgs.iter().map(Owned::as_message).collect();
+        w.append(&refs).unwrap();
+        w.commit().unwrap();
+        all.extend(msgs);
+        w.flush().unwrap();
+        let end = r.end().unwrap();
+        assert_eq!(end.last_committed, Some(all.last().unwrap().offset));
+        assert!(!end.snapshot_complete);
+    }
+    assert!(
+        r.closed_chunks().unwrap() >= 2,
+        "the end is found past closed chunks"
+    );
+    let refused = |e: StorageError| matches!(e, StorageError::ReadOnly(_));
+    assert!(refused(
+        reader_store.create_shape("t", &small_chunks()).unwrap_err()
+    ));
+    assert!(refused(
+        reader_store.open_writer("s", &small_chunks()).unwrap_err()
+    ));
+    assert!(refused(reader_store.delete_shape("s").unwrap_err()));
+    drop(w);
+    assert!(refused(
+        reader_store.open_writer("s", &small_chunks()).unwrap_err()
+    ));
+    assert!(dir.path().join("s").exists());
+}
