@@ -5,6 +5,7 @@
 //!   streamed one by one, and [`replication::ResumingStream`] for reconnects without loss or
 //!   duplication.
 //! - [`publication`]: publication and replica-identity management per table.
+//! - [`lock`]: the writer's lock, a session-level advisory lock on a session of its own.
 //! - [`catalog`]: reading a table's [`syncline_core::RelationDesc`].
 //! - [`snapshot`]: consistent initial snapshots by `COPY … (FORMAT binary)`, decoded into
 //!   Postgres's text output and Electric's JSON message lines.
@@ -18,6 +19,7 @@ pub mod catalog;
 pub mod conn;
 pub mod endpoint;
 pub mod error;
+pub mod lock;
 pub mod publication;
 pub mod replication;
 pub mod snapshot;
