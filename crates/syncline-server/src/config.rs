@@ -117,12 +117,54 @@ pub struct Config {
     #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]
     pub open_logs_max: Option<usize>,
 
+    /// This server's part among servers sharing one storage directory and stream id: `auto`
+    /// takes the writer's lock (a Postgres advisory lock) when it is free, and until then is a
+    /// standby serving existing shapes read-only from the shared files; `replica` never takes
+    /// it (a permanent read replica).
+    #[arg(long, env = "SYNCLINE_ROLE", value_enum, default_value_t = RoleSetting::Auto)]
+    pub role: RoleSetting,
+
+    /// How a standby or replica notices what the writer wrote: `inotify` (watch the files;
+    /// same host) or `poll` (re-read every --follow-poll-interval; e.g. network file systems,
+    /// where inotify does not see another host's writes).
+    #[arg(long, env = "SYNCLINE_FOLLOW", value_enum, default_value_t = FollowMode::Inotify)]
+    pub follow: FollowMode,
+
+    /// How often a standby or replica re-reads the end of the shape logs requests wait on:
+    /// with `--follow=poll` the only way it learns of new data, with inotify a backstop (same
+    /// format as --http-idle-timeout).
+    #[arg(long, env = "SYNCLINE_FOLLOW_POLL_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    pub follow_poll_interval: Duration,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "SYNCLINE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
 }
 
+/// `--role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleSetting {
+    /// Become the writer when the lock is free; a standby until then.
+    Auto,
+    /// Never write: serve the writer's shapes read-only.
+    Replica,
+}
+
+/// `--follow`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FollowMode {
+    /// Watch the files with inotify (and poll as a backstop).
+    Inotify,
+    /// Poll only.
+    Poll,
+}
+
 impl Config {
+    /// The name of the writer's lock: the slot's (one writer per slot).
+    pub fn lock_name(&self) -> String {
+        self.slot_name()
+    }
+
     /// The long-poll timeout.
     pub fn long_poll_timeout(&self) -> Duration {
         Duration::from_millis(self.long_poll_timeout_ms)
@@ -157,6 +199,9 @@ impl Config {
         }
         if self.compaction_period_s == 0 {
             return Err("the compaction period must be at least 1 second".into());
+        }
+        if self.follow_poll_interval.is_zero() {
+            return Err("the follow poll interval must be positive".into());
         }
         if self.db_pool_size == 0 {
             return Err("the pool size must be at least 1".into());

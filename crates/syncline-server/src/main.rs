@@ -29,9 +29,14 @@ enum Command {
 const SERVE_AFTER_HELP: &str = "\
 Endpoints:
   GET|HEAD|POST|DELETE|OPTIONS /v1/shape   Electric's shape API
-  GET /v1/health                           {\"status\":\"active\"|\"waiting\"|\"starting\"|\"degraded\"}
+  GET /v1/health                           {\"status\":\"active\"|\"waiting\"|\"starting\"|\"degraded\",
+                                            \"role\":\"writer\"|\"standby\"|\"replica\"}
   GET /metrics                             Prometheus metrics: on the main port with the
                                            secret, or on --prometheus-port without it
+
+Several servers may share one storage directory and stream id: the one holding the writer's
+lock (a Postgres advisory lock) replicates; the others serve existing shapes read-only and,
+with --role=auto, take over when it stops (SIGTERM hands over at once) or dies.
 
 Logging: to stderr, coloured only on a terminal. RUST_LOG, else ELECTRIC_LOG_LEVEL, sets the
 level (default info); debug adds a line per request. E.g.
@@ -75,7 +80,8 @@ async fn main() {
         Ok(server) => {
             let signal = shutdown_signal().await;
             tracing::info!(signal, "shutting down");
-            server.state.shapes.close_writers();
+            server.shut_down().await;
+            tracing::info!("shut down");
         }
         Err(e) => {
             tracing::error!(error = %e, "syncline could not start");

@@ -154,4 +154,18 @@ impl Postgres {
         self.with_admin(async |c| syncline_pg::catalog::load_relation_by_oid(c, oid).await)
             .await
     }
+
+    /// Whether a walsender streams the replication slot `name` now.
+    pub async fn slot_active(&self, name: &str) -> PgResult<bool> {
+        self.with_admin(async |c| {
+            let row = c
+                .query_opt(
+                    "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+                    &[&name],
+                )
+                .await?;
+            Ok(row.is_some_and(|r| r.get(0)))
+        })
+        .await
+    }
 }

@@ -105,11 +105,22 @@ pub struct Snapshotter {
 }
 
 /// Takes the snapshot of every shape queued on `queue` (at most `ELECTRIC_DB_POOL_SIZE` at
-/// once), until the queue closes.
+/// once), until the queue closes and they are done. Dropping it stops every snapshot it runs
+/// (this server stopped writing).
 pub async fn run_queue(snapshotter: Snapshotter, mut queue: mpsc::UnboundedReceiver<Arc<Shape>>) {
-    while let Some(shape) = queue.recv().await {
-        tokio::spawn(snapshotter.clone().run(shape));
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            shape = queue.recv() => match shape {
+                Some(shape) => {
+                    running.spawn(snapshotter.clone().run(shape));
+                }
+                None => break,
+            },
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+        }
     }
+    while running.join_next().await.is_some() {}
 }
 
 impl Snapshotter {

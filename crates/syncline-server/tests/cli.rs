@@ -109,7 +109,11 @@ async fn start_requests_and_shutdown_are_logged() {
     assert!(out.status.success(), "SIGTERM ends the server cleanly");
     let lines = json_lines(&out.stderr);
     assert_eq!(message(&lines[0]), "syncline starting");
-    assert_eq!(message(lines.last().unwrap()), "shutting down");
+    let messages: Vec<&str> = lines.iter().map(message).collect();
+    let stopping = messages.iter().position(|m| *m == "shutting down");
+    let released = messages.iter().position(|m| *m == "writer's lock released");
+    assert!(stopping.is_some() && stopping < released, "{messages:?}");
+    assert_eq!(messages.last(), Some(&"shut down"));
     let request = lines
         .iter()
         .find(|l| l["fields"]["request_id"] == request_id.as_str())

@@ -227,7 +227,10 @@ async fn offset_now_and_health() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    assert_eq!(health.text().await.unwrap(), r#"{"status":"active"}"#);
+    assert_eq!(
+        health.text().await.unwrap(),
+        r#"{"status":"active","role":"writer"}"#
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,15 +174,17 @@ fn health_status(state: &AppState) -> (StatusCode, &'static str) {
     }
 }
 
-/// `/v1/health`: Electric's `{"status":…}` (200 active, 202 waiting or starting), with the
-/// reason when there is one; `degraded` (503) when an active server cannot write shape logs.
+/// `/v1/health`: Electric's `{"status":…}` (200 active, 202 waiting or starting), this
+/// server's `role` (`writer`, `standby` or `replica`), and the reason when there is one;
+/// `degraded` (503) when an active server cannot write shape logs.
 fn health(state: &AppState) -> Response {
     let status = state.health.status();
     let (code, name) = health_status(state);
+    let role = status.role.name();
     let body = match &status.problem {
-        None => format!(r#"{{"status":"{name}"}}"#),
+        None => format!(r#"{{"status":"{name}","role":"{role}"}}"#),
         Some(problem) => format!(
-            r#"{{"status":"{name}","reason":{}}}"#,
+            r#"{{"status":"{name}","role":"{role}","reason":{}}}"#,
             serde_json::Value::from(problem.as_str())
         ),
     };

@@ -56,12 +56,30 @@ pub struct ConnectionLimits {
 pub struct OverLimit;
 
 /// Accepts and serves connections on `listener` with `app` for as long as the server runs.
-pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits) {
+///
+/// Once `until` resolves (shutdown), stops listening (a load balancer sends new connections to
+/// another server) and answers every further request on an open connection with
+/// `connection: close`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    until: impl Future<Output = ()>,
+) {
     let open = Arc::new(AtomicUsize::new(0));
+    let closing = Arc::new(AtomicBool::new(false));
     let mut spare = File::open("/dev/null").ok();
     let mut last_logged: Option<Instant> = None;
+    tokio::pin!(until);
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut until => {
+                closing.store(true, Ordering::Release);
+                return;
+            }
+        };
+        let (stream, _) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
@@ -87,8 +105,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits)
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let open = open.clone();
+        let closing = closing.clone();
         tokio::spawn(async move {
-            serve_connection(stream, app, limits, open).await;
+            serve_connection(stream, app, limits, open, closing).await;
             drop(guard);
         });
     }
@@ -111,6 +130,7 @@ async fn serve_connection(
     app: Router,
     limits: ConnectionLimits,
     open: Arc<AtomicUsize>,
+    closing: Arc<AtomicBool>,
 ) {
     let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
@@ -123,9 +143,10 @@ async fn serve_connection(
             read_to_end: read_to_end.clone(),
         });
         let app = app.clone();
+        let closing = closing.clone();
         async move {
             let mut response = app.oneshot(request).await?;
-            if !read_to_end.load(Ordering::Acquire) {
+            if !read_to_end.load(Ordering::Acquire) || closing.load(Ordering::Acquire) {
                 // The rest of the body is still on the wire: the connection cannot carry another
                 // request, and saying so keeps the client from sending one on it.
                 response

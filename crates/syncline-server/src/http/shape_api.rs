@@ -174,10 +174,21 @@ async fn resolve(
         RequestOffset::After(_) => match existing {
             Some(shape) if Some(&shape.handle) == params.handle.as_ref() => Ok(shape),
             Some(shape) => Err(conflict(method, Some(&shape.handle))),
-            None => {
-                let shape = create(state, method, definition, relation).await?;
-                Err(conflict(method, Some(&shape.handle)))
-            }
+            None => match create(state, method, definition, relation).await {
+                Ok(shape) => Err(conflict(method, Some(&shape.handle))),
+                // A server that does not write: a handle no longer stored is gone for good
+                // (409, start again); one still stored is a snapshot the writer is taking.
+                Err(_)
+                    if !state.shapes.is_writer()
+                        && params
+                            .handle
+                            .as_ref()
+                            .is_some_and(|h| !state.shapes.is_stored(h)) =>
+                {
+                    Err(conflict(method, None))
+                }
+                Err(response) => Err(response),
+            },
         },
         RequestOffset::BeforeAll | RequestOffset::Now => match existing {
             Some(shape) => Ok(shape),
@@ -192,6 +203,10 @@ async fn create(
     definition: ShapeDefinition,
     relation: RelationDesc,
 ) -> Result<Arc<Shape>, Response> {
+    // A server that does not write may know the shape the writer made for this definition.
+    if let Some(shape) = state.shapes.by_definition(&definition) {
+        return Ok(shape);
+    }
     state
         .health
         .wait(Gate::Write)
@@ -509,7 +524,19 @@ impl Serve<'_> {
             } else {
                 deadlines.snapshot
             };
-            let waited = tokio::time::timeout_at(until, changes.changed()).await;
+            let waited = tokio::select! {
+                waited = tokio::time::timeout_at(until, changes.changed()) => waited,
+                // Shutting down: a live request ends as if it timed out, and its client polls
+                // again (through a load balancer, another server).
+                () = self.state.health.wait_stopping(), if ready => {
+                    return Ok(Answer {
+                        read,
+                        up_to_date: true,
+                        has_data: false,
+                        no_change: true,
+                    })
+                }
+            };
             match waited {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) => return Err(self.gone().await),
@@ -731,12 +758,15 @@ impl Serve<'_> {
 
     /// The shape vanished: 409 pointing at its successor (made if needed).
     /// If the definition itself no longer holds (the table was renamed or dropped), still 409:
-    /// the client's refetch then learns what is wrong.
+    /// the client's refetch then learns what is wrong. A server that does not write and knows
+    /// no successor says 409 without one (the client starts again from scratch; the writer
+    /// makes the successor).
     async fn gone(&self) -> Response {
         match definition(self.state, self.method, self.params).await {
             Ok((definition, relation)) => {
                 match create(self.state, self.method, definition, relation).await {
                     Ok(shape) => conflict(self.method, Some(&shape.handle)),
+                    Err(_) if !self.state.shapes.is_writer() => conflict(self.method, None),
                     Err(response) => response,
                 }
             }

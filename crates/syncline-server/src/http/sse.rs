@@ -2,8 +2,9 @@
 //! each message as `data: <json>\n\n`, ends every batch with `up-to-date`, and keeps idle
 //! connections open with `: keep-alive` comments.
 //!
-//! The stream closes after the SSE timeout (the client reconnects from its offset), and without
-//! a word when the shape goes away: the reconnect then gets 409. Messages go out as soon as
+//! The stream closes after the SSE timeout (the client reconnects from its offset), when the
+//! server shuts down (likewise, through a load balancer to another server), and without a word
+//! when the shape goes away: the reconnect then gets 409. Messages go out as soon as
 //! they are durable, across chunk ends (SSE responses are never cached, so they need not stop
 //! at chunk boundaries).
 
@@ -63,9 +64,13 @@ impl Serve<'_> {
         let (batches, mut body) = mpsc::channel(BATCHES_QUEUED_MAX);
         if *self.method != Method::HEAD {
             let (shape, ticket) = (self.shape.clone(), self.ticket);
+            let health = self.state.health.clone();
             let deadline = Instant::now() + config.sse_timeout;
             tokio::spawn(async move {
-                stream(shape, start, deadline, batches).await;
+                tokio::select! {
+                    () = stream(shape, start, deadline, batches) => {}
+                    () = health.wait_stopping() => {}
+                }
                 drop(ticket);
             });
         }

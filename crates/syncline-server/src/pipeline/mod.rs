@@ -16,7 +16,7 @@ use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream
 use syncline_pg::PgResult;
 use syncline_storage::{Message, StorageError};
 use syncline_where::{Change, Row, ShapeId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::metrics::{lsn_gauge, Metrics};
 use crate::progress::Progress;
@@ -117,9 +117,18 @@ impl Pipeline {
     }
 
     /// Runs until the stream fails for good (a non-transient error), a shape log cannot be
-    /// written for want of space, or the command channel closes.
-    pub async fn run(mut self) -> Result<(), Stop> {
-        let result = self.run_until_stopped().await;
+    /// written for want of space, the command channel closes, or `stop` says so: then every
+    /// commit processed is flushed and acknowledged to Postgres before it returns (a
+    /// transaction still open is left to the next writer, which Postgres sends it to again).
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), Stop> {
+        let stopped = tokio::select! {
+            result = self.run_until_stopped() => Some(result),
+            _ = stop.wait_for(|stop| *stop) => None,
+        };
+        let result = match stopped {
+            Some(result) => result,
+            None => self.stop().await,
+        };
         match result {
             Ok(()) => Ok(()),
             Err(e) => Err(match self.stalled.take() {
@@ -130,6 +139,18 @@ impl Pipeline {
                 None => Stop::Postgres(e),
             }),
         }
+    }
+
+    /// Flushes every commit processed and tells Postgres.
+    async fn stop(&mut self) -> PgResult<()> {
+        self.first_unflushed.get_or_insert_with(Instant::now);
+        self.flush();
+        if self.stalled.is_some() {
+            return Err(syncline_pg::PgError::Protocol(
+                "stopped: storage full".into(),
+            ));
+        }
+        self.stream.send_status(false).await
     }
 
     async fn run_until_stopped(&mut self) -> PgResult<()> {
@@ -198,6 +219,7 @@ impl Pipeline {
             let idle_end = server_end.max(self.last_end);
             self.stream.set_flushed(idle_end);
             self.progress.observe_flushed(idle_end);
+            self.publish_progress();
             metrics.flushed_lsn.set(lsn_gauge(idle_end.0));
         }
         let flushed = self.progress.flushed_lsn();
@@ -541,11 +563,19 @@ impl Pipeline {
         let ack = self.ack_position();
         self.stream.set_flushed(ack);
         self.progress.observe_flushed(ack);
+        self.publish_progress();
         let metrics = &self.metrics;
         metrics.flushed_lsn.set(lsn_gauge(ack.0));
         metrics
             .flush_seconds
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Tells standbys and replicas how far this writer is.
+    fn publish_progress(&self) {
+        if let Err(e) = tokio::task::block_in_place(|| self.progress.publish()) {
+            tracing::debug!(error = %e, "could not publish replication progress");
+        }
     }
 
     /// How far Postgres may be told everything is durable: all processed commits, unless a

@@ -24,14 +24,17 @@ pub fn mint(identity: &str) -> String {
     format!("{}-{us}", fnv1a32(identity.as_bytes()))
 }
 
-/// Makes every later handle's timestamp greater than `us` (handles found on disk at start).
+/// Makes every later handle's timestamp greater than `handle`'s (handles found on disk).
 pub fn observe(handle: &str) {
-    if let Some(us) = handle
+    LAST_US.fetch_max(minted_us(handle), Ordering::Relaxed);
+}
+
+/// When a handle was minted, in microseconds since the Unix epoch (0 if it says nothing).
+pub fn minted_us(handle: &str) -> u64 {
+    handle
         .rsplit_once('-')
         .and_then(|(_, us)| us.parse::<u64>().ok())
-    {
-        LAST_US.fetch_max(us, Ordering::Relaxed);
-    }
+        .unwrap_or(0)
 }
 
 fn fnv1a32(bytes: &[u8]) -> u32 {

@@ -1,8 +1,11 @@
 //! The shape logs: the store and the settings every writer is opened with, shared by every
-//! shape so each can open its own writer and readers.
+//! shape so each can open its own writer and readers. The store is read-only until this server
+//! holds the writer's lock ([`Logs::become_writer`]), and again after it lost it
+//! ([`Logs::become_reader`]): a read-only store refuses every write.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::RwLock;
 
 use tokio::sync::Notify;
 
@@ -16,7 +19,7 @@ const PROBE_BYTES: usize = 1 << 20;
 /// The store of shape logs, with the writer settings, and the count of open writers.
 #[derive(Debug)]
 pub struct Logs {
-    store: Store,
+    store: RwLock<Store>,
     options: WriterOptions,
     /// Writers open now.
     open_writers: AtomicUsize,
@@ -29,17 +32,46 @@ pub struct Logs {
 }
 
 impl Logs {
-    /// The logs in `store`, written with `options`, with at most about `open_writers_max`
-    /// writers open at once.
+    /// The logs in `store` (read-only or not), written with `options`, with at most about
+    /// `open_writers_max` writers open at once.
     pub fn new(store: Store, options: WriterOptions, open_writers_max: usize) -> Logs {
         Logs {
-            store,
+            store: RwLock::new(store),
             options,
             open_writers: AtomicUsize::new(0),
             open_writers_max,
             clock: AtomicU64::new(0),
             over_bound: Notify::new(),
         }
+    }
+
+    fn store(&self) -> Store {
+        self.store.read().expect("store lock").clone()
+    }
+
+    /// Whether logs may be written (this server holds the writer's lock).
+    pub fn is_writable(&self) -> bool {
+        !self.store.read().expect("store lock").is_read_only()
+    }
+
+    /// Opens the store for writing (finishing deletions a crashed writer left).
+    pub fn become_writer(&self) -> syncline_storage::Result<()> {
+        let root = self.store().root().to_owned();
+        *self.store.write().expect("store lock") = Store::open(root)?;
+        Ok(())
+    }
+
+    /// Makes the store read-only again (the writer's lock was lost). Every writer must have
+    /// been dropped first.
+    pub fn become_reader(&self) {
+        assert_eq!(self.open_writers(), 0, "a writer is still open");
+        let read_only = self.store().to_read_only();
+        *self.store.write().expect("store lock") = read_only;
+    }
+
+    /// The directory of the log `handle` (what a follower watches).
+    pub fn dir(&self, handle: &str) -> std::path::PathBuf {
+        self.store().root().join(handle)
     }
 
     /// The next tick of the writers' clock.
@@ -80,28 +112,30 @@ impl Logs {
 
     /// Creates the log of a new shape.
     pub fn create(&self, handle: &str) -> syncline_storage::Result<Writer> {
-        self.store.create_shape(handle, &self.options)
+        self.store().create_shape(handle, &self.options)
     }
 
     /// Opens the writer of an existing log (recovering it).
     pub fn open_writer(&self, handle: &str) -> syncline_storage::Result<Writer> {
-        self.store.open_writer(handle, &self.options)
+        self.store().open_writer(handle, &self.options)
     }
 
     /// Opens a reader of an existing log.
     pub fn open_reader(&self, handle: &str) -> syncline_storage::Result<Reader> {
-        self.store.open_reader(handle)
+        self.store().open_reader(handle)
     }
 
     /// Deletes a log.
     pub fn delete(&self, handle: &str) -> syncline_storage::Result<()> {
-        self.store.delete_shape(handle)
+        self.store().delete_shape(handle)
     }
 
     /// Checks that the file system takes writes: writes, syncs and removes a probe file of
     /// [`PROBE_BYTES`] beside the logs.
     pub fn probe_writable(&self) -> std::io::Result<()> {
-        let path = self.store.root().join(PROBE_FILE);
+        let store = self.store();
+        assert!(!store.is_read_only(), "probing a read-only store");
+        let path = store.root().join(PROBE_FILE);
         let result = (|| {
             let mut file = std::fs::File::create(&path)?;
             file.write_all(&vec![0u8; PROBE_BYTES])?;
@@ -113,6 +147,6 @@ impl Logs {
 
     /// Every stored log's handle.
     pub fn list(&self) -> syncline_storage::Result<Vec<String>> {
-        self.store.list_shapes()
+        self.store().list_shapes()
     }
 }

@@ -5,6 +5,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use syncline_core::{PgSnapshot, RelationDesc};
@@ -69,23 +70,43 @@ impl ShapeMeta {
     }
 }
 
-/// The directory of metadata files, one `<handle>.json` per shape.
-#[derive(Debug, Clone)]
+/// The directory of metadata files, one `<handle>.json` per shape. Read-only until this
+/// server holds the writer's lock: then saving and removing are refused.
+#[derive(Debug)]
 pub struct MetaDir {
     dir: PathBuf,
+    writable: AtomicBool,
 }
 
 impl MetaDir {
-    /// Opens (creating) the directory.
-    pub fn open(dir: impl Into<PathBuf>) -> io::Result<MetaDir> {
-        let dir = dir.into();
-        fs::create_dir_all(&dir)?;
-        Ok(MetaDir { dir })
+    /// Opens the directory (which must exist) read-only.
+    pub fn open_read_only(dir: impl Into<PathBuf>) -> MetaDir {
+        MetaDir {
+            dir: dir.into(),
+            writable: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether metadata may be written, or only read.
+    pub fn set_writable(&self, writable: bool) {
+        self.writable.store(writable, Ordering::SeqCst);
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "shape metadata is read-only: this server does not hold the writer's lock",
+            ))
+        }
     }
 
     /// Writes `meta` durably: a temporary file, fsynced, renamed over the old one, directory
     /// fsynced.
     pub fn save(&self, meta: &ShapeMeta) -> io::Result<()> {
+        self.check_writable()?;
         let path = self.path(&meta.handle);
         let tmp = path.with_extension("json.tmp");
         let mut file = File::create(&tmp)?;
@@ -97,6 +118,7 @@ impl MetaDir {
 
     /// Removes a shape's metadata (durably).
     pub fn remove(&self, handle: &str) -> io::Result<()> {
+        self.check_writable()?;
         match fs::remove_file(self.path(handle)) {
             Ok(()) => File::open(&self.dir)?.sync_all(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -104,7 +126,8 @@ impl MetaDir {
         }
     }
 
-    /// Every stored shape's metadata; unreadable files are logged and skipped (their shapes
+    /// Every stored shape's metadata (removing what a cut-short save left, unless read-only);
+    /// unreadable files are logged and skipped (their shapes
     /// are gone). Metadata of a newer format is an error: a downgrade must not drop shapes it
     /// does not understand.
     pub fn load_all(&self) -> io::Result<Vec<ShapeMeta>> {
@@ -113,9 +136,12 @@ impl MetaDir {
             let path = entry?.path();
             match path.extension().and_then(|e| e.to_str()) {
                 Some("json") => {}
-                // A save cut short by a crash; the file it was replacing is intact.
+                // A save cut short by a crash (the file it was replacing is intact), or, read-only,
+                // one the writer is making now.
                 Some("tmp") => {
-                    fs::remove_file(&path)?;
+                    if self.writable.load(Ordering::SeqCst) {
+                        fs::remove_file(&path)?;
+                    }
                     continue;
                 }
                 _ => continue,
@@ -138,6 +164,17 @@ impl MetaDir {
             }
         }
         Ok(out)
+    }
+
+    /// Whether the shape `handle` has metadata (`false` for text that is no handle: a client's
+    /// handle never names a path).
+    pub fn exists(&self, handle: &str) -> bool {
+        let plausible = !handle.is_empty()
+            && handle.len() <= syncline_storage::SHAPE_ID_BYTES_MAX
+            && handle
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        plausible && self.path(handle).exists()
     }
 
     fn path(&self, handle: &str) -> PathBuf {

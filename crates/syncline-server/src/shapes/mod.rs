@@ -8,6 +8,11 @@
 //! (invalidated, evicted, deleted, or its snapshot failed: requests get 409 or the error).
 //! A restart restores every stored shape whose snapshot completed as live, and removes the
 //! rest.
+//!
+//! Until this server holds the writer's lock, `Shapes` is read-only: it registers the shapes
+//! the writer made from their metadata ([`Shapes::follow_catalog`]), serves them from their
+//! logs, and never writes, creates or removes a file (the store and the metadata directory
+//! refuse). [`Shapes::become_writer`] takes over the files; [`Shapes::become_reader`] lets go.
 
 mod command;
 mod definition;
@@ -19,7 +24,7 @@ mod shape;
 mod writer;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use syncline_core::{PgSnapshot, RelationDesc};
@@ -76,6 +81,21 @@ pub enum StepError {
     Removed,
 }
 
+/// Queued commands for the pipeline before senders wait.
+const COMMAND_QUEUE_LEN: usize = 1024;
+
+/// What a server that became the writer starts its pipeline and snapshot queue with.
+pub struct WriterStart {
+    /// The stored shapes restored.
+    pub restored: Vec<Restored>,
+    /// Stored shapes whose metadata predates the record of their table.
+    pub unrecorded: Vec<ShapeMeta>,
+    /// The pipeline's commands.
+    pub command_queue: mpsc::Receiver<Command>,
+    /// New shapes waiting for their snapshot.
+    pub snapshot_queue: mpsc::UnboundedReceiver<Arc<Shape>>,
+}
+
 /// A stored shape restored at start, with the visibility of its snapshot (the pipeline skips
 /// the transactions it saw).
 pub type Restored = (Arc<Shape>, Option<PgSnapshot>);
@@ -86,8 +106,10 @@ pub struct Shapes {
     meta: MetaDir,
     postgres: Arc<Postgres>,
     registry: Mutex<Registry>,
-    commands: mpsc::Sender<Command>,
-    snapshots: mpsc::UnboundedSender<Arc<Shape>>,
+    /// The running pipeline's commands (closed while this server is not the writer).
+    commands: RwLock<mpsc::Sender<Command>>,
+    /// The snapshot queue (closed while this server is not the writer).
+    snapshots: RwLock<mpsc::UnboundedSender<Arc<Shape>>>,
     create_lock: tokio::sync::Mutex<()>,
     max_shapes: Option<usize>,
     /// Tables Postgres refused to publish, by OID: when, and why.
@@ -98,15 +120,12 @@ pub struct Shapes {
 }
 
 impl Shapes {
-    /// The shapes kept in `logs` and `meta`. New shapes are announced to the pipeline on
-    /// `commands` and queued for their snapshot on `snapshots`; past `max_shapes` the least
-    /// recently used are evicted.
+    /// The shapes kept in `logs` and `meta`, read-only until [`Shapes::become_writer`]; past
+    /// `max_shapes` the least recently used are evicted.
     pub fn new(
         logs: Logs,
         meta: MetaDir,
         postgres: Arc<Postgres>,
-        commands: mpsc::Sender<Command>,
-        snapshots: mpsc::UnboundedSender<Arc<Shape>>,
         max_shapes: Option<usize>,
     ) -> Shapes {
         Shapes {
@@ -114,8 +133,8 @@ impl Shapes {
             meta,
             postgres,
             registry: Mutex::new(Registry::default()),
-            commands,
-            snapshots,
+            commands: RwLock::new(mpsc::channel(1).0),
+            snapshots: RwLock::new(mpsc::unbounded_channel().0),
             create_lock: tokio::sync::Mutex::new(()),
             max_shapes,
             publish_refusals: Mutex::new(HashMap::new()),
@@ -125,6 +144,101 @@ impl Shapes {
 
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().expect("registry lock")
+    }
+
+    fn commands(&self) -> mpsc::Sender<Command> {
+        self.commands.read().expect("commands lock").clone()
+    }
+
+    /// Whether this server writes the shape logs (it holds the writer's lock).
+    pub fn is_writer(&self) -> bool {
+        self.logs.is_writable()
+    }
+
+    /// The directory of a shape's log.
+    pub fn log_dir(&self, handle: &str) -> std::path::PathBuf {
+        self.logs.dir(handle)
+    }
+
+    /// Whether a shape with this handle is stored (its metadata exists), complete or not.
+    pub fn is_stored(&self, handle: &str) -> bool {
+        self.meta.exists(handle)
+    }
+
+    /// The directory of the shapes' metadata.
+    pub fn meta_dir(&self) -> &std::path::Path {
+        self.meta.dir()
+    }
+
+    /// Registers the stored shapes whose snapshot is complete and forgets those no longer
+    /// stored (the writer deleted them: their clients get 409), reading only. How a server
+    /// without the writer's lock learns what the writer made and removed.
+    pub fn follow_catalog(&self) -> Result<(), String> {
+        assert!(!self.is_writer(), "the writer's registry is its own");
+        let mut metas: Vec<ShapeMeta> = tokio::task::block_in_place(|| self.meta.load_all())
+            .map_err(|e| format!("reading shape metadata: {e}"))?
+            .into_iter()
+            .filter(|m| m.snapshot_complete && m.version == META_VERSION && m.relation.is_some())
+            .collect();
+        // Oldest first: a definition's newest shape is the one registered for it.
+        metas.sort_by_key(|m| handle::minted_us(&m.handle));
+        let stored: HashSet<&str> = metas.iter().map(|m| m.handle.as_str()).collect();
+        let forgotten: Vec<Arc<Shape>> = self
+            .all()
+            .into_iter()
+            .filter(|s| !stored.contains(s.handle.as_str()))
+            .collect();
+        for shape in forgotten {
+            tracing::debug!(handle = %shape.handle, "shape removed by the writer");
+            self.registry().remove(&shape.handle);
+            shape.update(|s| s.gone = true);
+        }
+        for meta in &metas {
+            if self.by_handle(&meta.handle).is_none() {
+                handle::observe(&meta.handle);
+                let relation = meta.relation.clone().expect("filtered above");
+                self.register_stored(meta, relation);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes over the files (this server now holds the writer's lock): the store and the
+    /// metadata become writable, [`Shapes::restore`] runs, and new channels to a pipeline and
+    /// a snapshot queue are made. Returns what `restore` returns and the channels' receivers.
+    pub fn become_writer(&self) -> Result<WriterStart, String> {
+        tokio::task::block_in_place(|| self.logs.become_writer())
+            .map_err(|e| format!("storage directory: {e}"))?;
+        self.meta.set_writable(true);
+        let (commands, command_queue) = mpsc::channel(COMMAND_QUEUE_LEN);
+        let (snapshots, snapshot_queue) = mpsc::unbounded_channel();
+        *self.commands.write().expect("commands lock") = commands;
+        *self.snapshots.write().expect("snapshots lock") = snapshots;
+        let (restored, unrecorded) = self.restore()?;
+        Ok(WriterStart {
+            restored,
+            unrecorded,
+            command_queue,
+            snapshot_queue,
+        })
+    }
+
+    /// Lets go of the files (the writer's lock was lost; the pipeline and every snapshot have
+    /// stopped): every writer is dropped without writing another byte, shapes whose snapshot
+    /// had not completed are forgotten (their clients get 409), and the store and the metadata
+    /// become read-only.
+    pub fn become_reader(&self) {
+        *self.commands.write().expect("commands lock") = mpsc::channel(1).0;
+        *self.snapshots.write().expect("snapshots lock") = mpsc::unbounded_channel().0;
+        self.meta.set_writable(false);
+        for shape in self.all() {
+            shape.writer.lock().discard();
+            if !shape.state().snapshot_done {
+                self.registry().remove(&shape.handle);
+                shape.update(|s| s.gone = true);
+            }
+        }
+        self.logs.become_reader();
     }
 
     /// The live shape with this handle.
@@ -152,13 +266,15 @@ impl Shapes {
         self.registry().is_empty()
     }
 
-    /// Registers every stored shape whose snapshot completed, from disk alone (no Postgres:
-    /// requests for them can be served before the database is reachable), without opening
-    /// their logs (that happens when a change or a request first needs it). Removes stored
-    /// shapes whose snapshot did not complete, and logs without metadata: their clients get 409
-    /// and start again. Returns the shapes restored and those whose metadata predates the record
-    /// of their table, which [`Shapes::check_restored`] restores against the catalog.
-    pub fn restore(&self) -> Result<(Vec<Restored>, Vec<ShapeMeta>), String> {
+    /// Registers every stored shape whose snapshot completed, from disk alone, without opening
+    /// their logs (that happens when a change or a request first needs it); shapes already
+    /// registered (read-only, before this server became the writer) are kept as they are, so
+    /// requests waiting on them go on. Removes stored shapes whose snapshot did not complete,
+    /// and logs without metadata: their clients get 409 and start again. Returns the shapes
+    /// restored and those whose metadata predates the record of their table, which
+    /// [`Shapes::check_restored`] restores against the catalog.
+    fn restore(&self) -> Result<(Vec<Restored>, Vec<ShapeMeta>), String> {
+        assert!(self.is_writer(), "only the writer removes stored shapes");
         tokio::task::block_in_place(|| {
             let metas = self
                 .meta
@@ -180,9 +296,16 @@ impl Shapes {
                     continue;
                 }
                 kept.insert(meta.handle.clone());
-                match meta.relation.clone() {
-                    Some(relation) => restored.push(self.register_stored(&meta, relation)),
-                    None => unrecorded.push(meta),
+                match (self.by_handle(&meta.handle), meta.relation.clone()) {
+                    (Some(shape), _) => restored.push((shape, meta.pg_snapshot())),
+                    (None, Some(relation)) => restored.push(self.register_stored(&meta, relation)),
+                    (None, None) => unrecorded.push(meta),
+                }
+            }
+            for shape in self.all() {
+                if !kept.contains(&shape.handle) {
+                    self.registry().remove(&shape.handle);
+                    shape.update(|s| s.gone = true);
                 }
             }
             let stored = self
@@ -307,12 +430,17 @@ impl Shapes {
             shape: shape.clone(),
             reply,
         };
-        if self.commands.send(command).await.is_err() || added.await.is_err() {
+        if self.commands().send(command).await.is_err() || added.await.is_err() {
             self.discard(&shape);
             return Err(CreateError::PipelineDown);
         }
         tracing::info!(handle = %shape.handle, table = %shape.definition.table, "shape created");
-        if self.snapshots.send(shape.clone()).is_err() {
+        let queued = self
+            .snapshots
+            .read()
+            .expect("snapshots lock")
+            .send(shape.clone());
+        if queued.is_err() {
             self.delete(&shape).await;
             return Err(CreateError::PipelineDown);
         }
@@ -408,7 +536,7 @@ impl Shapes {
 
     /// Tells the pipeline a lifecycle step; a closed channel means the shape was removed.
     async fn send_step(&self, command: Command) -> Result<(), StepError> {
-        self.commands
+        self.commands()
             .send(command)
             .await
             .map_err(|_| StepError::Removed)
@@ -432,7 +560,7 @@ impl Shapes {
             handle: shape.handle.clone(),
             reply,
         };
-        if self.commands.send(command).await.is_ok() {
+        if self.commands().send(command).await.is_ok() {
             let _ = removed.await;
         }
         self.discard(shape);
@@ -448,6 +576,7 @@ impl Shapes {
     /// Marks a shape gone and removes its registry entry, metadata and log (the pipeline has
     /// already let go of it, or is the caller).
     fn discard(&self, shape: &Arc<Shape>) {
+        assert!(self.is_writer(), "only the writer deletes shapes");
         self.registry().remove(&shape.handle);
         shape.update(|s| s.gone = true);
         tokio::task::block_in_place(|| {
@@ -582,6 +711,9 @@ impl Shapes {
     /// Deletes the shapes made on an earlier table of `current`'s name (it was dropped and
     /// created again): Postgres says nothing of that on the replication stream.
     pub async fn drop_recreated(&self, current: &RelationDesc) {
+        if !self.is_writer() {
+            return;
+        }
         let stale: Vec<Arc<Shape>> = self
             .all()
             .into_iter()

@@ -151,7 +151,11 @@ impl Shape {
 
     /// Makes sure a shape restored at start knows where its log ends, opening its log the
     /// first time a request needs that.
+    /// On a server that is not the writer, reads where the log ends now instead.
     pub fn load_end(&self) -> syncline_storage::Result<()> {
+        if !self.logs.is_writable() {
+            return tokio::task::block_in_place(|| self.follow_end());
+        }
         let st = self.state();
         if st.durable.is_some() || !st.snapshot_done {
             return Ok(());
@@ -161,6 +165,28 @@ impl Shape {
             self.update(|s| s.durable = s.durable.max(durable));
             Ok(())
         })
+    }
+
+    /// Reads where the log ends from its files and publishes it (waiting requests wake): how a
+    /// server that is not the writer follows the writer. The end is the last commit the writer
+    /// has written, which it does just before syncing it. Blocks on file reads.
+    pub fn follow_end(&self) -> syncline_storage::Result<()> {
+        let end = self.with_reader(Reader::end)?;
+        if let Some(last) = end.last_committed {
+            self.state.send_if_modified(|s| {
+                let newer = s.durable.is_none_or(|d| d < last);
+                if newer {
+                    s.durable = Some(last);
+                }
+                newer
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a request waits on the shape's state now.
+    pub fn has_waiters(&self) -> bool {
+        self.state.receiver_count() > 0
     }
 
     /// Runs `f` with a reader of the shape's log, reusing an idle one when possible.

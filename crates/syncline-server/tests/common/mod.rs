@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use serde_json::Value;
-use syncline_server::config::Config;
+use syncline_server::config::{Config, FollowMode, RoleSetting};
 use syncline_server::health::Phase;
 use syncline_server::startup::{start, Server};
 use syncline_testkit::PgCluster;
@@ -172,6 +172,9 @@ pub fn config(database_url: &str, storage: &std::path::Path) -> Config {
         open_logs_max: None,
         http_idle_timeout: Duration::from_secs(60),
         tcp_send_timeout: Duration::from_secs(30),
+        role: RoleSetting::Auto,
+        follow: FollowMode::Inotify,
+        follow_poll_interval: Duration::from_millis(100),
         log_format: "text".into(),
     }
 }

@@ -1,0 +1,405 @@
+//! Several `syncline` processes on one storage directory and stream id: the writer, standbys
+//! (`--role=auto`) and replicas (`--role=replica`). Standbys and replicas serve the writer's
+//! shapes byte for byte and live, never write a byte, and a standby takes over when the writer
+//! stops (SIGTERM) or dies (SIGKILL) without a client losing its handle or a change.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::process::{free_port, table_titles, Follower, Syncline};
+use serde_json::Value;
+use syncline_testkit::PgCluster;
+
+/// A cluster with `items(id, title)` holding 100 rows, and a directory for server logs.
+async fn cluster() -> (PgCluster, tokio_postgres::Client, PathBuf) {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute(
+        "CREATE TABLE items (id int PRIMARY KEY, title text NOT NULL);
+         INSERT INTO items SELECT g, 'row ' || g FROM generate_series(1, 100) g;",
+    )
+    .await
+    .unwrap();
+    let logs = tempfile::Builder::new()
+        .prefix("syncline-replicas-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    (cluster, db, logs)
+}
+
+/// Starts `syncline serve --role <role>` on the shared storage.
+fn serve(cluster: &PgCluster, storage: &Path, role: &str, log: &Path) -> Syncline {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_syncline"));
+    command
+        .arg("serve")
+        .env("SYNCLINE_ROLE", role)
+        .env("ELECTRIC_ENABLE_INTEGRATION_TESTING", "true");
+    Syncline::spawn(
+        command,
+        &cluster.connection_string("postgres"),
+        storage,
+        free_port(),
+        log,
+    )
+}
+
+/// `/v1/health`: the status code and the body.
+async fn health(server: &Syncline, http: &reqwest::Client) -> Option<(u16, Value)> {
+    let url = format!("http://127.0.0.1:{}/v1/health", server.port);
+    let r = http.get(url).send().await.ok()?;
+    let status = r.status().as_u16();
+    Some((status, serde_json::from_str(&r.text().await.ok()?).ok()?))
+}
+
+/// Waits until the server serves in `role`; returns how long that took.
+async fn wait_role(server: &Syncline, http: &reqwest::Client, role: &str) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Some((200, body)) = health(server, http).await {
+            if body["status"] == "active" && body["role"] == role {
+                return started.elapsed();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "server on port {} is not an active {role}: {:?}",
+        server.port,
+        health(server, http).await
+    );
+}
+
+/// A GET of the shape API: status, the `electric-*` headers, and the body's bytes.
+async fn get(
+    server: &Syncline,
+    http: &reqwest::Client,
+    query: &str,
+) -> (u16, BTreeMap<String, String>, String) {
+    let r = http.get(server.url(query)).send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r
+        .headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("electric-") && k.as_str() != "electric-cursor")
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    (status, headers, r.text().await.unwrap())
+}
+
+/// Sends SIGTERM and waits for the process to exit; returns how long that took.
+fn terminate(server: &mut Syncline) -> (Duration, std::process::ExitStatus) {
+    let started = Instant::now();
+    let pid = libc::pid_t::try_from(server.child.id()).unwrap();
+    // SAFETY: kill only sends a signal to our child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = server.child.wait().unwrap();
+    (started.elapsed(), status)
+}
+
+/// Every file under `dir` with a hash of its bytes.
+fn file_hashes(dir: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                let mut h = DefaultHasher::new();
+                h.write(&bytes);
+                out.insert(path, (bytes.len() as u64, h.finish()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live() {
+    let (cluster, db, logs) = cluster().await;
+    let storage = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
+    wait_role(&writer, &http, "writer").await;
+    let mut f = Follower::start("table=items", &writer, &http).await;
+    f.catch_up(&writer, &http).await.unwrap();
+    db.batch_execute("UPDATE items SET title = 'changed' WHERE id <= 5")
+        .await
+        .unwrap();
+    f.catch_up(&writer, &http).await.unwrap();
+
+    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
+    let replica = serve(
+        &cluster,
+        storage.path(),
+        "replica",
+        &logs.join("replica.log"),
+    );
+    wait_role(&standby, &http, "standby").await;
+    wait_role(&replica, &http, "replica").await;
+
+    // Every response the writer gives, the others give byte for byte.
+    let initial = get(&writer, &http, "table=items&offset=-1").await;
+    assert_eq!(initial.0, 200);
+    let catch_up = format!("table=items&offset={}&handle={}", "0_inf", f.handle);
+    let from_changes = get(&writer, &http, &catch_up).await;
+    assert_eq!(from_changes.0, 200);
+    for server in [&standby, &replica] {
+        assert_eq!(get(server, &http, "table=items&offset=-1").await, initial);
+        assert_eq!(get(server, &http, &catch_up).await, from_changes);
+    }
+
+    // Live requests on the standby and the replica are answered when the writer writes.
+    for server in [&standby, &replica] {
+        let live = format!(
+            "table=items&offset={}&handle={}&live=true",
+            f.offset, f.handle
+        );
+        let request = tokio::spawn({
+            let (http, url) = (http.clone(), server.url(&live));
+            async move {
+                let r = http.get(url).send().await.unwrap();
+                (r.status().as_u16(), r.text().await.unwrap(), Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let id = 1000 + server.port;
+        let committed = Instant::now();
+        db.batch_execute(&format!("INSERT INTO items VALUES ({id}, 'live')"))
+            .await
+            .unwrap();
+        let (status, body, answered) = request.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(&format!("\"{id}\"")), "{body}");
+        let lag = answered.duration_since(committed);
+        println!("commit to live answer on port {}: {lag:?}", server.port);
+        assert!(
+            lag < Duration::from_secs(1),
+            "{lag:?}: long-poll timeout is 1 s"
+        );
+        f.catch_up(&writer, &http).await.unwrap();
+    }
+
+    // What needs the writer: a replica refuses at once, a standby after waiting for the lock.
+    let new_shape = "table=items&where=id%20%3E%2050&offset=-1";
+    let started = Instant::now();
+    let (status, headers, body) = get(&replica, &http, new_shape).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("read replica"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(!headers.contains_key("electric-handle"));
+    let (status, _, body) = get(&standby, &http, new_shape).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("Timeout waiting for Postgres lock acquisition"),
+        "{body}"
+    );
+
+    // A shape the writer makes is served by the others once its snapshot is complete.
+    let (status, made, body) = get(&writer, &http, new_shape).await;
+    assert_eq!(status, 200, "{body}");
+    let mut served = None;
+    for _ in 0..100 {
+        let answer = get(&replica, &http, new_shape).await;
+        if answer.0 == 200 {
+            served = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let served = served.expect("the replica serves the writer's new shape");
+    assert_eq!(served.1["electric-handle"], made["electric-handle"]);
+
+    // A shape the writer deletes is gone for the others' clients too.
+    let delete = writer.url(&format!("table=items&handle={}", f.handle));
+    assert_eq!(http.delete(delete).send().await.unwrap().status(), 202);
+    let old = format!("table=items&offset={}&handle={}", f.offset, f.handle);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = get(&replica, &http, &old).await.0;
+        if status == 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 409, "the replica learns of the deletion");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_after_sigterm_and_after_sigkill_without_loss() {
+    let (cluster, db, logs) = cluster().await;
+    let storage = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let mut first = serve(&cluster, storage.path(), "auto", &logs.join("first.log"));
+    wait_role(&first, &http, "writer").await;
+    let standby = serve(&cluster, storage.path(), "auto", &logs.join("second.log"));
+    wait_role(&standby, &http, "standby").await;
+    let queries = [
+        ("table=items", "true"),
+        ("table=items&where=id%20%25%202%20%3D%200", "id % 2 = 0"),
+    ];
+    let mut followers = Vec::new();
+    for (query, filter) in queries {
+        let mut f = Follower::start(query, &first, &http).await;
+        f.catch_up(&first, &http).await.unwrap();
+        followers.push((f, filter));
+    }
+    let handles: Vec<String> = followers.iter().map(|(f, _)| f.handle.clone()).collect();
+    let writes = tokio::spawn({
+        let db = cluster.connect("postgres").await;
+        async move {
+            for i in 0..400 {
+                db.batch_execute(&format!(
+                    "INSERT INTO items VALUES ({0}, 'new {0}'); UPDATE items SET title = 'changed {i}' WHERE id = {1};",
+                    1000 + i,
+                    1 + i % 100
+                ))
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+
+    // SIGTERM: the writer hands over, the standby writes at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (f, _) in &mut followers {
+        f.catch_up(&standby, &http).await.unwrap();
+    }
+    let (stopped_in, exit) = terminate(&mut first);
+    assert!(exit.success(), "{exit:?}");
+    let took_over = wait_role(&standby, &http, "writer").await;
+    println!("SIGTERM: writer exited in {stopped_in:?}, standby writing {took_over:?} later");
+    assert!(took_over < Duration::from_secs(3), "{took_over:?}");
+    let third = serve(&cluster, storage.path(), "auto", &logs.join("third.log"));
+    wait_role(&third, &http, "standby").await;
+
+    // SIGKILL: the lock goes with the writer's session; the next standby takes over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (f, _) in &mut followers {
+        f.catch_up(&third, &http).await.unwrap();
+    }
+    let killed = Instant::now();
+    standby.kill();
+    wait_role(&third, &http, "writer").await;
+    println!("SIGKILL: standby writing {:?} later", killed.elapsed());
+
+    writes.await.unwrap();
+    for ((f, filter), handle) in followers.iter_mut().zip(&handles) {
+        f.catch_up(&third, &http)
+            .await
+            .expect("the handle lives through both takeovers");
+        assert_eq!(&f.handle, handle);
+        f.converge(&third, &http, &table_titles(&db, filter).await, &logs)
+            .await;
+        let mut fresh = Follower::start(&f.query, &third, &http).await;
+        fresh.catch_up(&third, &http).await.unwrap();
+        fresh
+            .converge(&third, &http, &table_titles(&db, filter).await, &logs)
+            .await;
+        assert_eq!(&fresh.handle, handle, "no shape was made again");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_and_a_replica_never_write_a_byte() {
+    let (cluster, db, logs) = cluster().await;
+    let storage = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
+    wait_role(&writer, &http, "writer").await;
+    let mut shapes = Vec::new();
+    for query in [
+        "table=items",
+        "table=items&where=id%20%3C%2030&columns=id,title",
+    ] {
+        let mut f = Follower::start(query, &writer, &http).await;
+        f.catch_up(&writer, &http).await.unwrap();
+        shapes.push(f);
+    }
+    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
+    let replica = serve(
+        &cluster,
+        storage.path(),
+        "replica",
+        &logs.join("replica.log"),
+    );
+    wait_role(&standby, &http, "standby").await;
+    wait_role(&replica, &http, "replica").await;
+
+    let loading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let load = tokio::spawn({
+        let db = cluster.connect("postgres").await;
+        let loading = loading.clone();
+        async move {
+            let mut i = 0;
+            while loading.load(std::sync::atomic::Ordering::Relaxed) {
+                db.batch_execute(&format!(
+                    "UPDATE items SET title = 'load {i}' WHERE id = {}",
+                    1 + i % 100
+                ))
+                .await
+                .unwrap();
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            i
+        }
+    });
+    let pid = libc::pid_t::try_from(writer.child.id()).unwrap();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Frozen, the writer cannot change a file; the lock stays with its session.
+        // SAFETY: kill only sends a signal to our child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = file_hashes(storage.path());
+        for server in [&standby, &replica] {
+            for f in &shapes {
+                assert_eq!(
+                    get(server, &http, &format!("{}&offset=-1", f.query))
+                        .await
+                        .0,
+                    200
+                );
+                let live = format!(
+                    "{}&offset={}&handle={}&live=true",
+                    f.query, f.offset, f.handle
+                );
+                assert_eq!(get(server, &http, &live).await.0, 200);
+            }
+            let new_shape = get(server, &http, "table=items&where=id%20%3D%207&offset=-1").await;
+            assert_eq!(new_shape.0, 503);
+        }
+        let after = file_hashes(storage.path());
+        let changed: Vec<&PathBuf> = after
+            .iter()
+            .filter(|(path, hash)| before.get(*path) != Some(hash))
+            .map(|(path, _)| path)
+            .chain(before.keys().filter(|p| !after.contains_key(*p)))
+            .collect();
+        assert!(
+            changed.is_empty(),
+            "files changed while only the standby and the replica ran: {changed:?}"
+        );
+        let (_, standby_health) = health(&standby, &http).await.unwrap();
+        assert_eq!(standby_health["role"], "standby");
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    }
+    loading.store(false, std::sync::atomic::Ordering::Relaxed);
+    let transactions = load.await.unwrap();
+    println!("{transactions} transactions of load");
+    let f = &mut shapes[0];
+    f.catch_up(&replica, &http).await.unwrap();
+    f.converge(&replica, &http, &table_titles(&db, "true").await, &logs)
+        .await;
+}
