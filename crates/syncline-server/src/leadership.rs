@@ -67,16 +67,16 @@ pub async fn run(state: Arc<AppState>) {
     }
 }
 
-/// Follows the writer and, with `--role=auto`, asks for the lock until it is taken. A replica
-/// never returns.
+/// Follows the writer and, with `--role=auto`, asks for the lock until it is taken; returns
+/// once the follower has stopped. A replica never returns.
 async fn standby(state: &Arc<AppState>) -> SessionLock {
     let config = &state.config;
-    let _following = AbortOnDrop(tokio::spawn(follow(
+    let mut following = AbortOnDrop(Some(tokio::spawn(follow(
         state.shapes.clone(),
         state.progress.clone(),
         config.follow,
         config.follow_poll_interval,
-    )));
+    ))));
     if config.role == RoleSetting::Replica {
         return std::future::pending().await;
     }
@@ -84,7 +84,11 @@ async fn standby(state: &Arc<AppState>) -> SessionLock {
     let mut last_logged: Option<Instant> = None;
     loop {
         match SessionLock::try_acquire(state.postgres.config(), &name).await {
-            Ok(Some(lock)) => return lock,
+            Ok(Some(lock)) => {
+                // The registry is the writer's from now on: nothing may follow into it.
+                following.stop().await;
+                return lock;
+            }
             Ok(None) => state.health.lock_held_elsewhere(),
             Err(e) => {
                 if last_logged.is_none_or(|t| t.elapsed() >= LOCK_ERROR_LOG_INTERVAL) {
@@ -165,7 +169,7 @@ async fn write(state: &Arc<AppState>, lock: &SessionLock) -> Ended {
 /// Closes the logs cleanly, waits until the slot is free, and releases the lock: the next
 /// writer starts at once, without recovery.
 async fn hand_over(state: &Arc<AppState>, lock: SessionLock) {
-    state.shapes.close_writers();
+    state.shapes.hand_over();
     let slot = state.config.slot_name();
     let deadline = Instant::now() + SLOT_RELEASE_MAX;
     while state.postgres.slot_active(&slot).await.unwrap_or(false) && Instant::now() < deadline {
@@ -180,10 +184,22 @@ async fn hand_over(state: &Arc<AppState>, lock: SessionLock) {
 }
 
 /// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    /// Aborts the task and waits until it has ended.
+    async fn stop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
     }
 }

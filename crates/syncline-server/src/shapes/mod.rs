@@ -228,9 +228,7 @@ impl Shapes {
     /// had not completed are forgotten (their clients get 409), and the store and the metadata
     /// become read-only.
     pub fn become_reader(&self) {
-        *self.commands.write().expect("commands lock") = mpsc::channel(1).0;
-        *self.snapshots.write().expect("snapshots lock") = mpsc::unbounded_channel().0;
-        self.meta.set_writable(false);
+        self.stop_writing();
         for shape in self.all() {
             shape.writer.lock().discard();
             if !shape.state().snapshot_done {
@@ -238,6 +236,28 @@ impl Shapes {
                 shape.update(|s| s.gone = true);
             }
         }
+    }
+
+    /// Hands the files over (this server shuts down; the pipeline and every snapshot have
+    /// stopped): nothing opens a log any more, and every open log is closed cleanly, so the
+    /// next writer opens it without recovery.
+    pub fn hand_over(&self) {
+        self.stop_writing();
+        tokio::task::block_in_place(|| {
+            for shape in self.all() {
+                if let Err(e) = shape.writer.lock().close() {
+                    tracing::warn!(handle = %shape.handle, error = %e, "closing a shape log failed");
+                }
+            }
+        });
+    }
+
+    /// Closes the channels to the pipeline and the snapshot queue, and makes the store and the
+    /// metadata read-only: no log is opened, created or removed from now on.
+    fn stop_writing(&self) {
+        *self.commands.write().expect("commands lock") = mpsc::channel(1).0;
+        *self.snapshots.write().expect("snapshots lock") = mpsc::unbounded_channel().0;
+        self.meta.set_writable(false);
         self.logs.become_reader();
     }
 
@@ -679,18 +699,6 @@ impl Shapes {
             }
             self.trim_open_writers().await;
         }
-    }
-
-    /// Closes every writer cleanly (at shutdown), so the next start skips recovery; a
-    /// transaction still open is dropped (Postgres sends it again, it was not acknowledged).
-    pub fn close_writers(&self) {
-        tokio::task::block_in_place(|| {
-            for shape in self.all() {
-                if let Err(e) = shape.writer.lock().close() {
-                    tracing::warn!(handle = %shape.handle, error = %e, "closing a shape log failed");
-                }
-            }
-        });
     }
 
     /// Waits until the shape logs' file system takes writes again.
