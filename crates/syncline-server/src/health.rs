@@ -275,21 +275,30 @@ impl HealthState {
     }
 
     /// Waits up to [`GATE_WAIT`] until `gate` is open; otherwise says what it waited for. A
-    /// replica, or a server shutting down, says so at once for [`Gate::Write`]: waiting would
-    /// not open it.
+    /// replica, a standby while another server writes, or a server shutting down says so at
+    /// once for [`Gate::Write`].
     pub async fn wait(&self, gate: Gate) -> Result<(), String> {
         let open = |c: &Conditions| match gate {
             Gate::Read => c.restored,
             Gate::Write => c.writable(),
         };
-        let hopeless =
-            |c: &Conditions| gate == Gate::Write && (c.role == Role::Replica || c.stopping);
+        // Waiting would not open the gate: a replica never writes; a standby that knows the
+        // writer is alive does not write while it lives (a load balancer tries the writer).
+        let hopeless = |c: &Conditions| {
+            gate == Gate::Write
+                && (c.role == Role::Replica
+                    || c.stopping
+                    || (c.role == Role::Standby && c.lock == Lock::HeldElsewhere))
+        };
         let mut changes = self.0.subscribe();
-        let waited =
-            tokio::time::timeout(GATE_WAIT, changes.wait_for(|c| open(c) || hopeless(c))).await;
-        match waited {
-            Ok(Ok(c)) if open(&c) => Ok(()),
-            _ => Err(self.unmet(gate)),
+        let opened = matches!(
+            tokio::time::timeout(GATE_WAIT, changes.wait_for(|c| open(c) || hopeless(c))).await,
+            Ok(Ok(c)) if open(&c)
+        );
+        if opened {
+            Ok(())
+        } else {
+            Err(self.unmet(gate))
         }
     }
 
@@ -304,6 +313,7 @@ impl HealthState {
         }
         match (c.role, &c.lock) {
             (Role::Replica, _) => return "This server is a read replica (--role=replica): it serves existing shapes; new shapes, subset snapshots and deletes are served by the writer".into(),
+            (Role::Standby, Lock::HeldElsewhere) => return "This server is a standby: another server holds the writer's lock and serves new shapes, subset snapshots and deletes".into(),
             (Role::Standby, Lock::Failing(why)) => {
                 return format!("Timeout waiting for Postgres lock acquisition: {why}")
             }
@@ -404,6 +414,14 @@ mod tests {
             health.wait(Gate::Write).await,
             Err("Timeout waiting for Postgres lock acquisition".into())
         );
+        health.lock_held_elsewhere();
+        let started = tokio::time::Instant::now();
+        let refused = health.wait(Gate::Write).await.unwrap_err();
+        assert!(
+            refused.contains("another server holds the writer's lock"),
+            "{refused}"
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO, "no use waiting");
         health.became_writer();
         assert_eq!(
             health.wait(Gate::Write).await,

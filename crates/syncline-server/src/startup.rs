@@ -2,7 +2,9 @@
 //! and hands the rest to [`crate::leadership`]: follow the writer, or become it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use syncline_pg::ConnConfig;
 use syncline_storage::{Store, WriterOptions};
@@ -20,6 +22,9 @@ use crate::progress::Progress;
 use crate::shapes::{Logs, MetaDir, Shapes};
 use crate::state::AppState;
 
+/// Longest wait at shutdown for connections to finish their last request.
+const DRAIN_MAX: Duration = Duration::from_secs(2);
+
 /// A running server.
 pub struct Server {
     /// Its services.
@@ -28,16 +33,24 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Its role: following the writer, or writing.
     leadership: JoinHandle<()>,
+    /// Open HTTP connections.
+    connections: Arc<AtomicUsize>,
 }
 
 impl Server {
     /// Shuts down: stops listening, ends live requests, and, as the writer, flushes,
     /// acknowledges, closes its logs and releases the writer's lock (a standby takes over).
     /// Returns once that is done.
+    /// Requests still being answered get up to [`DRAIN_MAX`] to finish.
     pub async fn shut_down(self) {
         self.state.health.stop();
         if let Err(e) = self.leadership.await {
             tracing::error!(error = %e, "shutting down failed");
+        }
+        let deadline = tokio::time::Instant::now() + DRAIN_MAX;
+        while self.connections.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
@@ -98,7 +111,7 @@ pub async fn start(config: Config) -> Result<Server, String> {
         metrics: Arc::new(Metrics::default()),
         compressed: CompressedChunks::default(),
     });
-    serve_http(&state, listener).await?;
+    let connections = serve_http(&state, listener).await?;
     tracing::info!(%addr, role = role.name(), "listening");
     shapes.follow_catalog()?;
     state.health.restored();
@@ -108,11 +121,16 @@ pub async fn start(config: Config) -> Result<Server, String> {
         state,
         addr,
         leadership,
+        connections,
     })
 }
 
-/// Serves the HTTP API on `listener`, and `/metrics` on its own port if one is configured.
-async fn serve_http(state: &Arc<AppState>, listener: TcpListener) -> Result<(), String> {
+/// Serves the HTTP API on `listener`, and `/metrics` on its own port if one is configured;
+/// returns the count of open API connections.
+async fn serve_http(
+    state: &Arc<AppState>,
+    listener: TcpListener,
+) -> Result<Arc<AtomicUsize>, String> {
     let config = &state.config;
     let limits = ConnectionLimits {
         max_connections: config
@@ -122,11 +140,13 @@ async fn serve_http(state: &Arc<AppState>, listener: TcpListener) -> Result<(), 
         send_timeout: config.tcp_send_timeout,
     };
     let health = state.health.clone();
+    let connections = Arc::new(AtomicUsize::new(0));
     tokio::spawn(server::serve(
         listener,
         crate::http::router(state.clone()),
         limits,
         async move { health.wait_stopping().await },
+        connections.clone(),
     ));
     if let Some(port) = config.prometheus_port {
         let metrics = TcpListener::bind((config.listen_address, port))
@@ -137,9 +157,10 @@ async fn serve_http(state: &Arc<AppState>, listener: TcpListener) -> Result<(), 
             crate::http::metrics_router(state.clone()),
             limits,
             std::future::pending(),
+            Arc::new(AtomicUsize::new(0)),
         ));
     }
-    Ok(())
+    Ok(connections)
 }
 
 /// The default bound on open shape logs for an open-files limit of `open_files`: a sixteenth

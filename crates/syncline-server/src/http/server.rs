@@ -29,6 +29,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
@@ -57,17 +58,17 @@ pub struct OverLimit;
 
 /// Accepts and serves connections on `listener` with `app` for as long as the server runs.
 ///
-/// Once `until` resolves (shutdown), stops listening (a load balancer sends new connections to
-/// another server) and answers every further request on an open connection with
-/// `connection: close`.
+/// `open` counts the connections open. Once `until` resolves (shutdown), stops listening (a
+/// load balancer sends new connections to another server), closes idle connections, and
+/// closes the others once their request is answered (with `connection: close`).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     until: impl Future<Output = ()>,
+    open: Arc<AtomicUsize>,
 ) {
-    let open = Arc::new(AtomicUsize::new(0));
-    let closing = Arc::new(AtomicBool::new(false));
+    let (closing, closing_now) = watch::channel(false);
     let mut spare = File::open("/dev/null").ok();
     let mut last_logged: Option<Instant> = None;
     tokio::pin!(until);
@@ -75,7 +76,7 @@ pub async fn serve(
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut until => {
-                closing.store(true, Ordering::Release);
+                closing.send_replace(true);
                 return;
             }
         };
@@ -105,7 +106,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let open = open.clone();
-        let closing = closing.clone();
+        let closing = closing_now.clone();
         tokio::spawn(async move {
             serve_connection(stream, app, limits, open, closing).await;
             drop(guard);
@@ -130,9 +131,10 @@ async fn serve_connection(
     app: Router,
     limits: ConnectionLimits,
     open: Arc<AtomicUsize>,
-    closing: Arc<AtomicBool>,
+    mut closing: watch::Receiver<bool>,
 ) {
     let io = TokioIo::new(SendTimeout::new(stream, limits.send_timeout));
+    let closing_at_answer = closing.clone();
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         if open.load(Ordering::Acquire) > limits.max_connections {
             request.extensions_mut().insert(OverLimit);
@@ -143,10 +145,11 @@ async fn serve_connection(
             read_to_end: read_to_end.clone(),
         });
         let app = app.clone();
-        let closing = closing.clone();
+        let closing = closing_at_answer.clone();
         async move {
             let mut response = app.oneshot(request).await?;
-            if !read_to_end.load(Ordering::Acquire) || closing.load(Ordering::Acquire) {
+            let closing = *closing.borrow();
+            if !read_to_end.load(Ordering::Acquire) || closing {
                 // The rest of the body is still on the wire: the connection cannot carry another
                 // request, and saying so keeps the client from sending one on it.
                 response
@@ -156,12 +159,19 @@ async fn serve_connection(
             Ok::<_, std::convert::Infallible>(response)
         }
     });
-    let served = hyper::server::conn::http1::Builder::new()
+    let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
         .serve_connection(io, service)
-        .with_upgrades()
-        .await;
+        .with_upgrades();
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = async { drop(closing.wait_for(|closing| *closing).await) } => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
     if let Err(e) = served {
         tracing::debug!(error = %e, "connection closed");
     }
