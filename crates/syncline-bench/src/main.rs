@@ -9,6 +9,7 @@ mod bench_items;
 mod e2e;
 mod gzip;
 mod ingest;
+mod readonly;
 mod route;
 mod storage;
 
@@ -37,6 +38,9 @@ enum Scenario {
     Route,
     /// Postgres → the server process → the Node client: initial sync and live changes.
     E2e,
+    /// Several servers on one storage directory: replicas' live lag behind the writer,
+    /// takeovers, a rolling deploy and request collapsing behind the nginx front door.
+    Readonly,
     /// gzip of non-live responses: bytes and server CPU per response, first and cached, vs
     /// sending them as they are.
     Gzip,
@@ -50,6 +54,7 @@ impl Scenario {
             Scenario::Route => "route",
             Scenario::E2e => "e2e",
             Scenario::Gzip => "gzip",
+            Scenario::Readonly => "readonly",
         }
     }
 }
@@ -77,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::Route => route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
         Scenario::E2e => e2e::run()?,
         Scenario::Gzip => gzip::run()?,
+        Scenario::Readonly => readonly::run()?,
     };
     let command: Vec<String> = std::env::args().collect();
     result["scenario"] = args.scenario.name().into();
