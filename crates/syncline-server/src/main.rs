@@ -33,6 +33,8 @@ Endpoints:
                                             \"role\":\"writer\"|\"standby\"|\"replica\"}
   GET /metrics                             Prometheus metrics: on the main port with the
                                            secret, or on --prometheus-port without it
+  GET /status                              a live page of charts for operators (with the
+                                           secret when one is set), fed from /status/metrics
 
 Several servers may share one storage directory and stream id: the one holding the writer's
 lock (a Postgres advisory lock) replicates; the others serve existing shapes read-only and,

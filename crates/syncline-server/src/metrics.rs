@@ -27,6 +27,15 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// Labels of a running snapshot.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SnapshotLabels {
+    /// The shape's handle.
+    pub handle: String,
+    /// `schema.table`.
+    pub table: String,
+}
+
 /// Labels of the health gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
@@ -73,6 +82,11 @@ pub struct Metrics {
     pub snapshots_waiting: Gauge,
     /// Rows written by initial snapshots.
     pub snapshot_rows: Counter,
+    /// Rows read so far by each running snapshot.
+    pub snapshot_progress_rows: Family<SnapshotLabels, Gauge>,
+    /// Rows Postgres estimates the table of each running snapshot holds (`pg_class.reltuples`;
+    /// absent without an estimate).
+    pub snapshot_table_rows_estimated: Family<SnapshotLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -97,6 +111,8 @@ impl Default for Metrics {
             snapshots_running: Gauge::default(),
             snapshots_waiting: Gauge::default(),
             snapshot_rows: Counter::default(),
+            snapshot_progress_rows: Family::default(),
+            snapshot_table_rows_estimated: Family::default(),
         };
         metrics.register();
         metrics
@@ -191,6 +207,16 @@ impl Metrics {
             "snapshot_rows",
             "Rows written by initial snapshots",
             self.snapshot_rows.clone(),
+        );
+        r.register(
+            "snapshot_progress_rows",
+            "Rows read so far by each running snapshot",
+            self.snapshot_progress_rows.clone(),
+        );
+        r.register(
+            "snapshot_table_rows_estimated",
+            "Rows Postgres estimates the table of each running snapshot holds (pg_class.reltuples)",
+            self.snapshot_table_rows_estimated.clone(),
         );
     }
 

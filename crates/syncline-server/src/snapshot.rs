@@ -9,7 +9,7 @@ use syncline_pg::{ErrorKind, PgError};
 use syncline_storage::{Message, Operation, StorageError};
 use tokio::sync::mpsc;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SnapshotLabels};
 use crate::postgres::Postgres;
 use crate::shapes::{Blame, Failure, LogMode, Shape, Shapes, StepError};
 
@@ -154,6 +154,7 @@ impl Snapshotter {
         };
         let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?;
         let mut snapshot = Snapshot::begin(&mut conn, &query).await?;
+        let progress = ProgressGauges::new(&self.metrics, shape, snapshot.estimated_rows());
         let visibility = snapshot.info().pg_snapshot.clone();
         self.shapes.snapshot_started(shape, &visibility).await?;
 
@@ -187,6 +188,7 @@ impl Snapshotter {
             if shape.state().gone {
                 return Err(SnapshotError::Removed);
             }
+            progress.rows(rows);
             if batch.json.len() >= APPEND_BATCH_BYTES || !more {
                 batch.publish = unpublished >= PUBLISH_BATCH_BYTES;
                 if batch.publish {
@@ -204,7 +206,7 @@ impl Snapshotter {
         log_writer
             .await
             .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
-        drop(snapshot);
+        drop((snapshot, progress));
         drop(conn);
         let mut end = vec![wire::STORED_SEPARATOR];
         end.extend_from_slice(&wire::snapshot_end(&visibility));
@@ -223,6 +225,45 @@ impl Snapshotter {
         self.metrics.snapshot_rows.inc_by(rows);
         self.shapes.snapshot_complete(shape, &visibility).await?;
         Ok(())
+    }
+}
+
+/// A running snapshot's rows in `/metrics` (and so on `/status`), removed when it ends.
+struct ProgressGauges<'a> {
+    metrics: &'a Metrics,
+    labels: SnapshotLabels,
+}
+
+impl<'a> ProgressGauges<'a> {
+    fn new(metrics: &'a Metrics, shape: &Shape, estimated: Option<u64>) -> ProgressGauges<'a> {
+        let labels = SnapshotLabels {
+            handle: shape.handle.clone(),
+            table: format!("{}.{}", shape.relation.schema, shape.relation.name),
+        };
+        if let Some(estimated) = estimated {
+            metrics
+                .snapshot_table_rows_estimated
+                .get_or_create(&labels)
+                .set(i64::try_from(estimated).unwrap_or(i64::MAX));
+        }
+        metrics.snapshot_progress_rows.get_or_create(&labels).set(0);
+        ProgressGauges { metrics, labels }
+    }
+
+    fn rows(&self, rows: u64) {
+        self.metrics
+            .snapshot_progress_rows
+            .get_or_create(&self.labels)
+            .set(i64::try_from(rows).unwrap_or(i64::MAX));
+    }
+}
+
+impl Drop for ProgressGauges<'_> {
+    fn drop(&mut self) {
+        self.metrics.snapshot_progress_rows.remove(&self.labels);
+        self.metrics
+            .snapshot_table_rows_estimated
+            .remove(&self.labels);
     }
 }
 

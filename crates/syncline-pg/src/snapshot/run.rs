@@ -33,6 +33,8 @@ pub struct Snapshot<'c> {
     rows: u64,
     finished: bool,
     table: String,
+    /// The table's estimated rows (`pg_class.reltuples`), if Postgres has an estimate.
+    estimated_rows: Option<u64>,
     started: Instant,
     next_progress: Instant,
 }
@@ -44,11 +46,17 @@ impl<'c> Snapshot<'c> {
         conn: &'c mut WireConnection,
         query: &SnapshotQuery,
     ) -> PgResult<Snapshot<'c>> {
+        let table = syncline_core::sql::quote_literal(&syncline_core::sql::qualified(
+            &query.schema,
+            &query.table,
+        ));
         let rows = conn
-            .simple_query(
+            .simple_query(&format!(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
-                 SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text",
-            )
+                 SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text, \
+                 (SELECT c.reltuples::bigint FROM pg_catalog.pg_class c \
+                  WHERE c.oid = pg_catalog.to_regclass({table}))::text"
+            ))
             .await?;
         let field = |i: usize| {
             rows.first()
@@ -63,6 +71,11 @@ impl<'c> Snapshot<'c> {
                 .parse()
                 .map_err(|e| PgError::Protocol(format!("{e}")))?,
         };
+        // -1: never vacuumed or analyzed (and a partitioned table's own row): unknown.
+        let estimated_rows = rows
+            .first()
+            .and_then(|r| r.get(2).cloned().flatten())
+            .and_then(|t| t.parse::<u64>().ok());
         conn.start_copy_out(&query.copy_sql()).await?;
         tracing::debug!(table = %query.table, snapshot = %info.pg_snapshot, lsn = %info.wal_lsn, "snapshot started");
         let started = Instant::now();
@@ -73,6 +86,7 @@ impl<'c> Snapshot<'c> {
             rows: 0,
             finished: false,
             table: format!("{}.{}", query.schema, query.table),
+            estimated_rows,
             started,
             next_progress: started + PROGRESS_INTERVAL,
         })
@@ -86,6 +100,13 @@ impl<'c> Snapshot<'c> {
     /// Rows delivered so far.
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// How many rows the table holds, as Postgres estimates (`pg_class.reltuples`, kept by
+    /// VACUUM and ANALYZE); `None` without an estimate. A shape with a where clause gets a part
+    /// of them.
+    pub fn estimated_rows(&self) -> Option<u64> {
+        self.estimated_rows
     }
 
     /// Delivers the rows received so far to `on_row`, waiting for more if none are buffered.
@@ -117,7 +138,15 @@ impl<'c> Snapshot<'c> {
         } else if now >= self.next_progress {
             self.next_progress = now + PROGRESS_INTERVAL;
             let rate = self.rows as f64 / (now - self.started).as_secs_f64();
-            tracing::info!(table = %self.table, rows = self.rows, rows_per_s = rate.round(), "snapshot in progress");
+            match self.estimated_rows.filter(|&t| t > 0) {
+                Some(total) => {
+                    let percent = (self.rows as f64 * 100.0 / total as f64).min(100.0);
+                    tracing::info!(table = %self.table, rows = self.rows, table_rows_estimated = total, percent = percent.round(), rows_per_s = rate.round(), "snapshot in progress");
+                }
+                None => {
+                    tracing::info!(table = %self.table, rows = self.rows, rows_per_s = rate.round(), "snapshot in progress");
+                }
+            }
         }
         Ok(more)
     }

@@ -124,9 +124,30 @@ async fn route(state: &Arc<AppState>, path: &str, method: &Method, request: Requ
                 reply::unauthorized()
             }
         }
+        ("/status" | "/status/metrics", &Method::GET | &Method::HEAD) => {
+            let query = request.uri().query().unwrap_or("");
+            if !auth::authorized(state.config.secret.as_deref(), query) {
+                reply::unauthorized()
+            } else if path == "/status" {
+                status_page()
+            } else {
+                metrics(state)
+            }
+        }
         ("/", &Method::GET | &Method::HEAD) => StatusCode::OK.into_response(),
         _ => (StatusCode::NOT_FOUND, "Not found").into_response(),
     }
+}
+
+/// `/status`: a page of live charts (replication lag, throughput, shapes, requests, errors,
+/// running snapshots) fed once a second from `/status/metrics`, the same numbers as `/metrics`
+/// (both need the secret, like `/metrics`). Plain HTML and JS, nothing loaded from elsewhere.
+fn status_page() -> Response {
+    Response::builder()
+        .header(CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(CACHE_CONTROL, "no-cache")
+        .body(Body::from(include_str!("status.html")))
+        .expect("valid response")
 }
 
 /// The application serving only `/metrics` (for `ELECTRIC_PROMETHEUS_PORT`).
