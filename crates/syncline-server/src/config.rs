@@ -26,7 +26,7 @@ pub struct Config {
     #[arg(long, env = "SYNCLINE_LISTEN_ADDRESS", default_value = "0.0.0.0")]
     pub listen_address: IpAddr,
 
-    /// Secret that every /v1/shape request (and /metrics on the main port) must carry as
+    /// Secret that every /v1/shape request (and /status, and /metrics on the main port) must carry as
     /// `secret=` (or `api_secret=`). Required unless --insecure; not empty; not together with
     /// --insecure.
     #[arg(long, env = "ELECTRIC_SECRET", hide_env_values = true)]
