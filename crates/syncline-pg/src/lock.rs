@@ -12,7 +12,7 @@ use crate::conn::{connect, ConnConfig};
 use crate::error::{PgError, PgResult};
 
 /// How often a server that does not hold the lock should ask for it again.
-pub const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+pub const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the holder checks that its session is alive.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a heartbeat may take before the session counts as lost.

@@ -152,6 +152,9 @@ pub enum Gate {
 
 /// How long a request waits for its gate before it is told to retry (Electric: 5 s).
 pub const GATE_WAIT: Duration = Duration::from_secs(5);
+/// How long a request that needs the writer waits on a standby while another server holds the
+/// writer's lock: a hand-over makes this server the writer well within it.
+pub const STANDBY_WRITE_WAIT: Duration = Duration::from_secs(1);
 
 /// The shared health.
 #[derive(Debug)]
@@ -274,25 +277,28 @@ impl HealthState {
         });
     }
 
-    /// Waits up to [`GATE_WAIT`] until `gate` is open; otherwise says what it waited for. A
-    /// replica, a standby while another server writes, or a server shutting down says so at
-    /// once for [`Gate::Write`].
+    /// Waits until `gate` is open, up to [`GATE_WAIT`], or [`STANDBY_WRITE_WAIT`] on a standby
+    /// that knows another server writes (long enough for a hand-over, short enough that a
+    /// load balancer soon tries the writer); otherwise says what it waited for. A replica, or a
+    /// server shutting down, says so at once for [`Gate::Write`].
     pub async fn wait(&self, gate: Gate) -> Result<(), String> {
         let open = |c: &Conditions| match gate {
             Gate::Read => c.restored,
             Gate::Write => c.writable(),
         };
-        // Waiting would not open the gate: a replica never writes; a standby that knows the
-        // writer is alive does not write while it lives (a load balancer tries the writer).
-        let hopeless = |c: &Conditions| {
-            gate == Gate::Write
-                && (c.role == Role::Replica
-                    || c.stopping
-                    || (c.role == Role::Standby && c.lock == Lock::HeldElsewhere))
+        let hopeless =
+            |c: &Conditions| gate == Gate::Write && (c.role == Role::Replica || c.stopping);
+        let patience = {
+            let c = self.0.borrow();
+            if gate == Gate::Write && c.role == Role::Standby && c.lock == Lock::HeldElsewhere {
+                STANDBY_WRITE_WAIT
+            } else {
+                GATE_WAIT
+            }
         };
         let mut changes = self.0.subscribe();
         let opened = matches!(
-            tokio::time::timeout(GATE_WAIT, changes.wait_for(|c| open(c) || hopeless(c))).await,
+            tokio::time::timeout(patience, changes.wait_for(|c| open(c) || hopeless(c))).await,
             Ok(Ok(c)) if open(&c)
         );
         if opened {
@@ -313,7 +319,7 @@ impl HealthState {
         }
         match (c.role, &c.lock) {
             (Role::Replica, _) => return "This server is a read replica (--role=replica): it serves existing shapes; new shapes, subset snapshots and deletes are served by the writer".into(),
-            (Role::Standby, Lock::HeldElsewhere) => return "This server is a standby: another server holds the writer's lock and serves new shapes, subset snapshots and deletes".into(),
+            (Role::Standby, Lock::HeldElsewhere) => return "Timeout waiting for Postgres lock acquisition: another server holds the writer's lock and serves new shapes, subset snapshots and deletes".into(),
             (Role::Standby, Lock::Failing(why)) => {
                 return format!("Timeout waiting for Postgres lock acquisition: {why}")
             }
@@ -421,7 +427,7 @@ mod tests {
             refused.contains("another server holds the writer's lock"),
             "{refused}"
         );
-        assert_eq!(started.elapsed(), Duration::ZERO, "no use waiting");
+        assert_eq!(started.elapsed(), STANDBY_WRITE_WAIT, "a hand-over's worth");
         health.became_writer();
         assert_eq!(
             health.wait(Gate::Write).await,

@@ -188,8 +188,8 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
         f.catch_up(&writer, &http).await.unwrap();
     }
 
-    // What needs the writer: a replica refuses at once, and so does a standby while the writer
-    // lives (behind a load balancer, the request is tried on the writer).
+    // What needs the writer: a replica refuses at once, a standby while the writer lives after a
+    // hand-over's worth of waiting (behind a load balancer, the request is tried on the writer).
     let new_shape = "table=items&where=id%20%3E%2050&offset=-1";
     let started = Instant::now();
     let (status, headers, body) = get(&replica, &http, new_shape).await;
@@ -204,7 +204,7 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
         body.contains("another server holds the writer's lock"),
         "{body}"
     );
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(3));
 
     // A shape the writer makes is served by the others once its snapshot is complete.
     let (status, made, body) = get(&writer, &http, new_shape).await;
