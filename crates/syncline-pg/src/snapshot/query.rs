@@ -31,6 +31,11 @@ pub struct SnapshotQuery {
     pub key_columns: Vec<usize>,
     /// WHERE condition rendered by the where-clause checker (never raw user text), if any.
     pub where_sql: Option<String>,
+    /// A condition applied before everything else (also rendered by the checker): rows it
+    /// rejects never reach `where_sql`, `order_by_sql` or their errors. A subset snapshot's
+    /// shape condition, so a client's subset clause cannot see, or fail on, rows outside its
+    /// shape.
+    pub within_sql: Option<String>,
     /// `ORDER BY` list rendered by the where-clause checker (never raw user text), if any.
     pub order_by_sql: Option<String>,
     /// `LIMIT`, if any.
@@ -93,6 +98,7 @@ impl SnapshotQuery {
             columns,
             key_columns,
             where_sql,
+            within_sql: None,
             order_by_sql: None,
             limit: None,
             offset: None,
@@ -113,6 +119,14 @@ impl SnapshotQuery {
         self
     }
 
+    /// The same query on only the rows `within_sql` (rendered by the where-clause checker)
+    /// selects, which Postgres filters first: it evaluates it in a subquery it can neither
+    /// flatten nor push other conditions into (`OFFSET 0`).
+    pub fn within(mut self, within_sql: Option<String>) -> Self {
+        self.within_sql = within_sql;
+        self
+    }
+
     /// `SELECT …` for the rows (the body of the COPY).
     pub fn select_sql(&self) -> String {
         let list: Vec<String> = self
@@ -126,11 +140,15 @@ impl SnapshotQuery {
                 }
             })
             .collect();
-        let mut sql = format!(
-            "SELECT {} FROM {}",
-            list.join(", "),
-            qualified(&self.schema, &self.table)
-        );
+        let table = qualified(&self.schema, &self.table);
+        let source = match &self.within_sql {
+            None => table,
+            Some(within) => format!(
+                "(SELECT * FROM {table} WHERE ({within}) OFFSET 0) AS {}",
+                quote_ident(&self.table)
+            ),
+        };
+        let mut sql = format!("SELECT {} FROM {source}", list.join(", "));
         if let Some(cond) = &self.where_sql {
             sql.push_str(&format!(" WHERE ({cond})"));
         }

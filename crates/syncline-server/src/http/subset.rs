@@ -129,17 +129,14 @@ impl Serve<'_> {
                     .map_err(|e| rejected("order_by", e.message))?,
             ),
         };
-        let where_sql = match (&self.shape.definition.where_sql, &subset_where) {
-            (None, None) => None,
-            (Some(shape), None) => Some(shape.clone()),
-            (None, Some(sub)) => Some(sub.sql().to_owned()),
-            (Some(shape), Some(sub)) => Some(format!("({shape}) AND ({})", sub.sql())),
-        };
+        // The shape's condition is applied first: the client's clause never sees (or fails
+        // on, telling what it saw) a row outside the shape.
         let query = SnapshotQuery::new(
             &self.shape.relation,
             Some(&self.shape.definition.columns),
-            where_sql,
+            subset_where.map(|w| w.sql().to_owned()),
         )
+        .map(|q| q.within(self.shape.definition.where_sql.clone()))
         .map_err(|e| {
             tracing::warn!(handle = %self.shape.handle, error = %e, "subset query");
             Box::new(super::reply::internal_error())
