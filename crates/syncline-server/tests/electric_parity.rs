@@ -203,3 +203,30 @@ async fn non_live_responses_are_gzipped_when_the_client_accepts_it() {
         "live responses go out as they are"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_origin_varies_the_cached_response() {
+    let f = fixture("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1);").await;
+    let url = format!("http://{}/v1/shape?table=t&offset=-1", f.server.addr);
+    for origin in ["http://a.example:1", "http://b.example:2"] {
+        let r = f
+            .http
+            .get(&url)
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()["access-control-allow-origin"], origin);
+        let vary: Vec<&str> = r
+            .headers()
+            .get_all("vary")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert!(vary.contains(&"origin"), "{vary:?}");
+        assert!(vary.contains(&"accept-encoding"), "{vary:?}");
+    }
+    let r = f.http.get(&url).send().await.unwrap();
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    assert!(r.headers().get_all("vary").iter().all(|v| v != "origin"));
+}

@@ -25,7 +25,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS,
-    CACHE_CONTROL, CONTENT_TYPE, ORIGIN,
+    CACHE_CONTROL, CONTENT_TYPE, ORIGIN, VARY,
 };
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -74,6 +74,10 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     let id = format!("{:016x}", REQUEST_IDS.fetch_add(1, Ordering::Relaxed));
     headers.insert("x-request-id", HeaderValue::from_str(&id).expect("hex"));
     if !unauthorized {
+        // The origin is echoed: a cached response must not answer another origin.
+        if origin.is_some() {
+            headers.append(VARY, HeaderValue::from_static("origin"));
+        }
         headers.insert(
             ACCESS_CONTROL_ALLOW_ORIGIN,
             origin.unwrap_or(HeaderValue::from_static("*")),
