@@ -120,8 +120,9 @@ impl SnapshotQuery {
     }
 
     /// The same query on only the rows `within_sql` (rendered by the where-clause checker)
-    /// selects, which Postgres filters first: it evaluates it in a subquery it can neither
-    /// flatten nor push other conditions into (`OFFSET 0`).
+    /// selects: `where_sql` is evaluated only on those (inside `CASE WHEN within THEN where`,
+    /// whose branches Postgres evaluates only as needed), while `within_sql` alone still
+    /// guides the plan (an index on it is used).
     pub fn within(mut self, within_sql: Option<String>) -> Self {
         self.within_sql = within_sql;
         self
@@ -140,17 +141,17 @@ impl SnapshotQuery {
                 }
             })
             .collect();
-        let table = qualified(&self.schema, &self.table);
-        let source = match &self.within_sql {
-            None => table,
-            Some(within) => format!(
-                "(SELECT * FROM {table} WHERE ({within}) OFFSET 0) AS {}",
-                quote_ident(&self.table)
-            ),
-        };
-        let mut sql = format!("SELECT {} FROM {source}", list.join(", "));
-        if let Some(cond) = &self.where_sql {
-            sql.push_str(&format!(" WHERE ({cond})"));
+        let mut sql = format!(
+            "SELECT {} FROM {}",
+            list.join(", "),
+            qualified(&self.schema, &self.table)
+        );
+        match (&self.within_sql, &self.where_sql) {
+            (None, None) => {}
+            (None, Some(cond)) | (Some(cond), None) => sql.push_str(&format!(" WHERE ({cond})")),
+            (Some(within), Some(cond)) => sql.push_str(&format!(
+                " WHERE ({within}) AND CASE WHEN ({within}) THEN ({cond}) ELSE false END"
+            )),
         }
         if let Some(order_by) = &self.order_by_sql {
             sql.push_str(&format!(" ORDER BY {order_by}"));

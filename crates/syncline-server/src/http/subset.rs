@@ -129,8 +129,8 @@ impl Serve<'_> {
                     .map_err(|e| rejected("order_by", e.message))?,
             ),
         };
-        // The shape's condition is applied first: the client's clause never sees (or fails
-        // on, telling what it saw) a row outside the shape.
+        // The client's clause is evaluated only on rows of the shape: it never sees (or fails
+        // on, telling what it saw) a row outside it.
         let query = SnapshotQuery::new(
             &self.shape.relation,
             Some(&self.shape.definition.columns),
