@@ -488,6 +488,17 @@ pub(crate) struct ServerProcess {
 impl ServerProcess {
     /// Starts the server on a free port with storage in a temp dir and waits until it is healthy.
     pub(crate) async fn start(binary: &Path, cluster: &PgCluster) -> Result<ServerProcess, Error> {
+        ServerProcess::start_with(binary, cluster, "bench", &[]).await
+    }
+
+    /// Starts the server like [`start`](Self::start), on replication stream `stream_id` and
+    /// with the extra command-line `flags`.
+    pub(crate) async fn start_with(
+        binary: &Path,
+        cluster: &PgCluster,
+        stream_id: &str,
+        flags: &[&str],
+    ) -> Result<ServerProcess, Error> {
         let dir = tempfile::Builder::new().prefix("syncline-e2e-").tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -500,7 +511,8 @@ impl ServerProcess {
             .arg("--storage-dir")
             .arg(dir.path().join("storage"))
             .args(["--insecure", "--enable-integration-testing"])
-            .args(["--replication-stream-id", "bench"])
+            .args(["--replication-stream-id", stream_id])
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -4,9 +4,13 @@
 //! `target/bench/<scenario>.json`: the command line, the parameters, every figure by name, the
 //! baselines measured in the same run and the ratios against them. Absolute times drift on
 //! shared machines; the ratios are what to compare across runs.
+//!
+//! `cargo run --release -p syncline-bench -- electric <name>` runs Electric's published
+//! benchmark scenarios (or `all` of them) and writes `target/bench/electric-<name>.json`.
 
 mod bench_items;
 mod e2e;
+mod electric;
 mod gzip;
 mod ingest;
 mod readonly;
@@ -15,20 +19,22 @@ mod storage;
 
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// Runs one benchmark scenario and writes its results to `target/bench/<scenario>.json`.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
 struct Args {
     /// The scenario to run.
+    #[command(subcommand)]
     scenario: Scenario,
     /// Directory for the JSON results (default: the workspace's `target/bench`).
-    #[arg(long, env = "SYNCLINE_BENCH_OUT")]
+    #[arg(long, env = "SYNCLINE_BENCH_OUT", global = true)]
     out: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+/// The scenarios.
+#[derive(Subcommand)]
 enum Scenario {
     /// Snapshot by binary COPY vs raw COPY; a 100,000-row transaction decoded vs pg_recvlogical.
     Ingest,
@@ -44,10 +50,14 @@ enum Scenario {
     /// gzip of non-live responses: bytes and server CPU per response, first and cached, vs
     /// sending them as they are.
     Gzip,
+    /// Electric's published benchmark scenarios, driven by a shape-protocol load generator;
+    /// each writes `electric-<name>.json`.
+    Electric(electric::Args),
 }
 
 impl Scenario {
-    fn name(self) -> &'static str {
+    /// The scenario's JSON file name, without `.json` (`electric` names its own).
+    fn name(&self) -> &'static str {
         match self {
             Scenario::Ingest => "ingest",
             Scenario::Storage => "storage",
@@ -55,6 +65,7 @@ impl Scenario {
             Scenario::E2e => "e2e",
             Scenario::Gzip => "gzip",
             Scenario::Readonly => "readonly",
+            Scenario::Electric(_) => "electric",
         }
     }
 }
@@ -76,30 +87,40 @@ fn run_on_workers(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let mut result = match args.scenario {
-        Scenario::Ingest => ingest::run()?,
-        Scenario::Storage => storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
-        Scenario::Route => route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
-        Scenario::E2e => e2e::run()?,
-        Scenario::Gzip => gzip::run()?,
-        Scenario::Readonly => readonly::run()?,
+    let name = args.scenario.name();
+    let results = match args.scenario {
+        Scenario::Ingest => vec![(name.to_owned(), ingest::run()?)],
+        Scenario::Storage => vec![(
+            name.to_owned(),
+            storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
+        )],
+        Scenario::Route => vec![(
+            name.to_owned(),
+            route::run().map_err(|e| e as Box<dyn std::error::Error>)?,
+        )],
+        Scenario::E2e => vec![(name.to_owned(), e2e::run()?)],
+        Scenario::Gzip => vec![(name.to_owned(), gzip::run()?)],
+        Scenario::Readonly => vec![(name.to_owned(), readonly::run()?)],
+        Scenario::Electric(electric_args) => electric::run(electric_args)?,
     };
     let command: Vec<String> = std::env::args().collect();
-    result["scenario"] = args.scenario.name().into();
-    result["command"] = format!(
-        "cargo run --release -p syncline-bench -- {}",
-        command[1..].join(" ")
-    )
-    .into();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
         .expect("crate lies two levels down");
     let dir = args.out.unwrap_or_else(|| workspace.join("target/bench"));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}.json", args.scenario.name()));
-    std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")?;
-    println!("{}", serde_json::to_string_pretty(&result)?);
-    println!("wrote {}", path.display());
+    for (scenario, mut result) in results {
+        result["scenario"] = scenario.as_str().into();
+        result["command"] = format!(
+            "cargo run --release -p syncline-bench -- {}",
+            command[1..].join(" ")
+        )
+        .into();
+        let path = dir.join(format!("{scenario}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        println!("wrote {}", path.display());
+    }
     Ok(())
 }

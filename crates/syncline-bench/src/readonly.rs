@@ -53,7 +53,7 @@ const OPEN_FILES_WANTED: u64 = 16_384;
 
 /// Runs the scenario.
 pub fn run() -> BenchResult {
-    raise_open_files_limit();
+    raise_open_files_limit(OPEN_FILES_WANTED);
     crate::run_on_workers(async {
         run_async()
             .await
@@ -167,7 +167,7 @@ impl Samples {
 }
 
 /// Runs `text` on `db`, with Postgres's message on failure.
-async fn sql(db: &tokio_postgres::Client, text: &str) -> Result<(), Error> {
+pub(crate) async fn sql(db: &tokio_postgres::Client, text: &str) -> Result<(), Error> {
     db.batch_execute(text)
         .await
         .map_err(|e| syncline_pg::PgError::from(e).to_string().into())
@@ -658,6 +658,8 @@ async fn collapse(fleet: &Fleet, db: &tokio_postgres::Client) -> Result<Collapse
         &[writer.port, replica.port],
     )?;
     let at = sync(&http, &nginx.url()).await?;
+    // nginx writes a line once a response is sent: the sync's last one may still be due.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let logged_before = nginx.access_lines()?.len();
     let requests: Vec<_> = (0..COLLAPSE_CLIENTS)
         .map(|_| {
@@ -774,8 +776,9 @@ impl Drop for Nginx {
     }
 }
 
-/// Raises the soft open-files limit for a thousand client connections.
-fn raise_open_files_limit() {
+/// Raises the soft open-files limit to `wanted` (at most the hard limit) for thousands of
+/// client connections; child processes inherit it.
+pub(crate) fn raise_open_files_limit(wanted: u64) {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -783,7 +786,7 @@ fn raise_open_files_limit() {
     // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max.min(OPEN_FILES_WANTED.max(limit.rlim_cur));
+            limit.rlim_cur = limit.rlim_max.min(wanted.max(limit.rlim_cur));
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }

@@ -1,0 +1,784 @@
+//! `electric <name>`: Electric's published benchmark scenarios, run against the release
+//! `syncline` binary by a load generator speaking the shape protocol ([`client`]).
+//!
+//! Each point of a scenario starts a fresh server process (fresh storage, its own replication
+//! stream) against one private Postgres cluster holding Electric's data set: `users(id uuid
+//! primary key, name text, email text)` with 500 rows. Distinct shapes that all match every
+//! row are `where=name <> '<k>'` (Electric's `where=<k> = <k>` folds to one shape in Syncline,
+//! see [`overlapping_where`]). The server's RSS (`VmRSS`) and CPU seconds (user + system) are
+//! read from `/proc/<pid>` around each measurement. The clients run in this process on the
+//! same machine, so their CPU competes with the server's: the figures are an upper bound of
+//! what a remote client would see. The benchmark's sessions commit with `synchronous_commit =
+//! on` (free: the cluster runs with fsync off), so walsenders see a commit at once rather than
+//! up to `wal_writer_delay` later. The servers admit any number of requests at once
+//! (`--max-concurrent-requests`), so the figures measure the engine, not its admission limits.
+
+pub(crate) mod client;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+use serde_json::{json, Map, Value};
+use syncline_pg::ConnConfig;
+use syncline_testkit::PgCluster;
+use tokio::task::JoinSet;
+
+use crate::e2e::{build_server, workspace_dir, ServerProcess};
+use crate::readonly::{raise_open_files_limit, sql};
+use client::{Error, ShapeClient};
+
+/// Rows in `users` before any write.
+const ROWS: u64 = 500;
+/// Rows of the write-fanout transaction.
+const FANOUT_TXN_ROWS: u64 = 50;
+/// Writes timed per point of `many_shapes_one_client`.
+const ONE_CLIENT_WRITES: usize = 5;
+/// Admission limits of the benchmark's servers: high enough never to turn a request away.
+const ADMIT_ALL: &str = r#"{"initial":1000000,"existing":1000000}"#;
+/// Open files wanted for 10,000 client connections.
+const OPEN_FILES_WANTED: u64 = 65_536;
+/// How long any one client may take for anything.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long all live requests may take to be sent.
+const LIVE_SENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause after the last live request was sent, so the server holds them all, plus
+/// [`SETTLE_PER_REQUEST`] for each.
+const SETTLE: Duration = Duration::from_millis(500);
+/// Extra settling time per live request.
+const SETTLE_PER_REQUEST: Duration = Duration::from_micros(500);
+/// How long a server may take to be the active writer.
+const ACTIVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Error messages kept per point.
+const ERRORS_KEPT: usize = 5;
+
+/// Electric's scenarios that `electric` runs.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Name {
+    /// C live clients on one shape, one 50-row transaction: time until every client has it.
+    WriteFanout,
+    /// N clients, each its own new shape, all at once: time until each is up to date.
+    ConcurrentShapeCreation,
+    /// N overlapping shapes with one live client each, one write affecting all of them.
+    DiverseShapeFanout,
+    /// N overlapping shapes, one live client on one of them, one write affecting all.
+    ManyShapesOneClient,
+    /// Every scenario above, in that order.
+    All,
+}
+
+impl Name {
+    /// The scenario's name in its JSON file, `electric-<name>.json`.
+    fn file_name(self) -> &'static str {
+        match self {
+            Name::WriteFanout => "write_fanout",
+            Name::ConcurrentShapeCreation => "concurrent_shape_creation",
+            Name::DiverseShapeFanout => "diverse_shape_fanout",
+            Name::ManyShapesOneClient => "many_shapes_one_client",
+            Name::All => "all",
+        }
+    }
+}
+
+/// The command line of `electric`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The scenario to run.
+    name: Name,
+    /// Live clients per point of `write-fanout`.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    clients: Vec<usize>,
+    /// Clients (one new shape each) per point of `concurrent-shape-creation`.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    new_shapes: Vec<usize>,
+    /// Overlapping shapes (one live client each) per point of `diverse-shape-fanout`.
+    #[arg(long, value_delimiter = ',', default_values_t = [50, 250, 500, 1000])]
+    fanout_shapes: Vec<usize>,
+    /// Overlapping shapes per point of `many-shapes-one-client`.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 500, 1500])]
+    shapes: Vec<usize>,
+}
+
+/// Runs the scenarios `args` names; returns each one's file name (`electric-<name>`) and
+/// result.
+pub(crate) fn run(args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+    raise_open_files_limit(OPEN_FILES_WANTED);
+    let names: Vec<Name> = if args.name == Name::All {
+        vec![
+            Name::WriteFanout,
+            Name::ConcurrentShapeCreation,
+            Name::DiverseShapeFanout,
+            Name::ManyShapesOneClient,
+        ]
+    } else {
+        vec![args.name]
+    };
+    let results = crate::run_on_workers(async move {
+        run_scenarios(&args, &names)
+            .await
+            .map_err(|e| -> Box<dyn std::error::Error> { e })
+    })?;
+    let Value::Object(results) = results else {
+        return Err("scenario results are an object".into());
+    };
+    Ok(results.into_iter().collect())
+}
+
+/// Runs each scenario of `names` with the points of `args`, in one object keyed by file name.
+async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
+    let mut bench = Bench::start().await?;
+    let mut results = Map::new();
+    for &name in names {
+        eprintln!("electric {}…", name.file_name());
+        let result = match name {
+            Name::WriteFanout => write_fanout(&mut bench, &args.clients).await?,
+            Name::ConcurrentShapeCreation => {
+                concurrent_shape_creation(&mut bench, &args.new_shapes).await?
+            }
+            Name::DiverseShapeFanout => {
+                diverse_shape_fanout(&mut bench, &args.fanout_shapes).await?
+            }
+            Name::ManyShapesOneClient => many_shapes_one_client(&mut bench, &args.shapes).await?,
+            Name::All => return Err("`all` is not one scenario".into()),
+        };
+        results.insert(format!("electric-{}", name.file_name()), result);
+    }
+    Ok(Value::Object(results))
+}
+
+/// The benchmark's Postgres cluster and the server binary the points start.
+struct Bench {
+    /// The release `syncline` binary.
+    binary: PathBuf,
+    /// The private cluster holding `users`.
+    cluster: PgCluster,
+    /// A session with `synchronous_commit = on` for the writes.
+    db: tokio_postgres::Client,
+    /// Servers started so far (each gets its own replication stream).
+    servers: u64,
+}
+
+/// A server of one point, with the `/proc` figures read when it became healthy.
+struct Server {
+    /// The process.
+    process: ServerProcess,
+    /// Its figures once healthy, with no shape.
+    idle: ProcSample,
+}
+
+impl Bench {
+    /// Builds the server, starts the cluster and creates `users` with its rows.
+    async fn start() -> Result<Bench, Error> {
+        let binary = build_server(&workspace_dir()).map_err(|e| e.to_string())?;
+        let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
+        let db = syncline_pg::connect(&ConnConfig::parse(&cluster.connection_string("postgres"))?)
+            .await?;
+        sql(&db, "SET synchronous_commit = on").await?;
+        sql(
+            &db,
+            &format!(
+                "CREATE TABLE public.users (id uuid PRIMARY KEY, name text, email text);
+                 INSERT INTO public.users
+                   SELECT gen_random_uuid(), 'user ' || g, 'user' || g || '@example.com'
+                   FROM generate_series(1, {ROWS}) g;"
+            ),
+        )
+        .await?;
+        sql(&db, "VACUUM ANALYZE public.users").await?;
+        Ok(Bench {
+            binary,
+            cluster,
+            db,
+            servers: 0,
+        })
+    }
+
+    /// Starts a fresh server (fresh storage, its own replication stream) and waits until it is
+    /// healthy.
+    async fn server(&mut self) -> Result<Server, Error> {
+        self.servers += 1;
+        let stream = format!("electric{}", self.servers);
+        let process = ServerProcess::start_with(
+            &self.binary,
+            &self.cluster,
+            &stream,
+            &["--max-concurrent-requests", ADMIT_ALL],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        wait_active(&process.url).await?;
+        let idle = ProcSample::read(process.child.id())?;
+        Ok(Server { process, idle })
+    }
+
+    /// Stops `server`, drops the replication slots no server uses any more and the rows the
+    /// point wrote, so the next point starts from the same 500 rows.
+    async fn finish(&self, server: Server) -> Result<(), Error> {
+        server.process.stop();
+        sql(
+            &self.db,
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active;
+             DELETE FROM public.users WHERE name LIKE 'bench %';",
+        )
+        .await
+    }
+
+    /// Inserts `rows` rows in one transaction; returns when the commit was acknowledged.
+    async fn insert(&self, rows: u64) -> Result<Instant, Error> {
+        sql(
+            &self.db,
+            &format!(
+                "INSERT INTO public.users
+                   SELECT gen_random_uuid(), 'bench ' || g, 'bench' || g || '@example.com'
+                   FROM generate_series(1, {rows}) g"
+            ),
+        )
+        .await?;
+        Ok(Instant::now())
+    }
+}
+
+/// Waits until the server at `url` says it is the active writer (replicating), so that no
+/// shape request of a point is turned away as not ready.
+async fn wait_active(url: &str) -> Result<(), Error> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()?;
+    let deadline = Instant::now() + ACTIVE_TIMEOUT;
+    loop {
+        let health: Value = match http.get(format!("{url}/v1/health")).send().await {
+            Ok(r) => serde_json::from_slice(&r.bytes().await?).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        if health["status"] == "active" && health["role"] == "writer" {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the server at {url} was not active: {health}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl Server {
+    /// The server's URL.
+    fn url(&self) -> &str {
+        &self.process.url
+    }
+
+    /// The server's `/proc` figures now.
+    fn sample(&self) -> Result<ProcSample, Error> {
+        ProcSample::read(self.process.child.id())
+    }
+}
+
+/// A process's memory and CPU time as `/proc` tells them.
+#[derive(Clone, Copy)]
+struct ProcSample {
+    /// Resident set size (`VmRSS`), in bytes.
+    rss_bytes: u64,
+    /// Peak resident set size (`VmHWM`), in bytes.
+    peak_rss_bytes: u64,
+    /// User plus system CPU time.
+    cpu: Duration,
+}
+
+impl ProcSample {
+    /// Reads `/proc/<pid>/status` and `/proc/<pid>/stat`.
+    fn read(pid: u32) -> Result<ProcSample, Error> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |field: &str| -> Result<u64, Error> {
+            let line = status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))?;
+            let kib: u64 = line.trim().trim_end_matches("kB").trim().parse()?;
+            Ok(kib * 1024)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the command name (which may hold spaces) start at the state, field 3;
+        // utime and stime are fields 14 and 15.
+        let after_name = stat
+            .rsplit_once(')')
+            .ok_or("no command name in /proc/<pid>/stat")?
+            .1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks: u64 = fields.get(11).ok_or("short stat")?.parse::<u64>()?
+            + fields.get(12).ok_or("short stat")?.parse::<u64>()?;
+        // SAFETY: sysconf has no preconditions.
+        let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })?;
+        Ok(ProcSample {
+            rss_bytes: kib("VmRSS:")?,
+            peak_rss_bytes: kib("VmHWM:")?,
+            cpu: Duration::from_micros(ticks * 1_000_000 / per_second),
+        })
+    }
+
+    /// CPU seconds from `earlier` to this sample.
+    fn cpu_s_since(&self, earlier: &ProcSample) -> f64 {
+        round3(self.cpu.saturating_sub(earlier.cpu).as_secs_f64())
+    }
+}
+
+/// Milliseconds, with their order statistics.
+struct Latencies(Vec<f64>);
+
+impl Latencies {
+    /// The samples, sorted.
+    fn new(mut ms: Vec<f64>) -> Latencies {
+        ms.sort_by(f64::total_cmp);
+        Latencies(ms)
+    }
+
+    /// The `p`th percentile (nearest rank), or null without samples.
+    fn percentile(&self, p: usize) -> Value {
+        if self.0.is_empty() {
+            return Value::Null;
+        }
+        let rank = (p * self.0.len()).div_ceil(100).clamp(1, self.0.len());
+        round3(self.0[rank - 1]).into()
+    }
+
+    /// Median, p99, max and every sample, as JSON fields.
+    fn summary(&self) -> Value {
+        json!({
+            "median_ms": self.percentile(50),
+            "p99_ms": self.percentile(99),
+            "max_ms": self.percentile(100),
+            "samples_ms": self.0.iter().map(|&x| round3(x)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Errors of a point's clients: how many, and the first few messages.
+#[derive(Default)]
+struct Errors {
+    /// Clients that failed.
+    count: u64,
+    /// The first [`ERRORS_KEPT`] messages.
+    first: Vec<String>,
+}
+
+impl Errors {
+    /// Counts `error`.
+    fn push(&mut self, error: impl std::fmt::Display) {
+        self.count += 1;
+        if self.first.len() < ERRORS_KEPT {
+            self.first.push(error.to_string());
+        }
+    }
+}
+
+/// A connection pool for one point's clients: keep-alive, no Nagle.
+fn pool() -> Result<reqwest::Client, Error> {
+    Ok(reqwest::Client::builder()
+        .timeout(CLIENT_TIMEOUT)
+        .tcp_nodelay(true)
+        .build()?)
+}
+
+/// Distinct shapes that each hold every `users` row: `where=name <> '<k>'` (no name is a bare
+/// number). Electric's `where=<k> = <k>` cannot be used: Syncline folds constants as Postgres's
+/// planner does, so `<k> = <k>` is `true` for every `k` and all of them are one shape.
+fn overlapping_where(k: usize) -> String {
+    format!("name <> '{k}'")
+}
+
+/// A client on `users`, `where=<where_clause>` when given.
+fn users_client(
+    http: &reqwest::Client,
+    server: &Server,
+    where_clause: Option<&str>,
+    apply: bool,
+) -> Result<ShapeClient, Error> {
+    let mut params = vec![("table", "users")];
+    if let Some(w) = where_clause {
+        params.push(("where", w));
+    }
+    ShapeClient::new(http.clone(), server.url(), &params, apply)
+}
+
+/// Milliseconds from `from` to `to` (zero if `to` is earlier).
+fn ms_since(from: Instant, to: Instant) -> f64 {
+    to.saturating_duration_since(from).as_secs_f64() * 1000.0
+}
+
+/// Live clients that have been synced and are waiting for changes; [`LiveClients::answers`]
+/// times their answers to a commit.
+struct LiveClients {
+    /// Each client's task: its answer once it has the changes.
+    tasks: JoinSet<Result<client::Answer, Error>>,
+    /// Clients that sent their first live request or failed to sync.
+    ready: Arc<AtomicUsize>,
+    /// Clients started.
+    clients: usize,
+}
+
+impl LiveClients {
+    /// Starts one task per client: each syncs, then waits live for `changes` changes.
+    fn start(clients: Vec<ShapeClient>, changes: u64) -> LiveClients {
+        let ready = Arc::new(AtomicUsize::new(0));
+        let mut tasks = JoinSet::new();
+        let count = clients.len();
+        for mut client in clients {
+            let ready = ready.clone();
+            tasks.spawn(async move {
+                if let Err(e) = client.sync().await {
+                    ready.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+                let mut first = true;
+                client
+                    .wait_changes(changes, || {
+                        if std::mem::take(&mut first) {
+                            ready.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                    .await
+            });
+        }
+        LiveClients {
+            tasks,
+            ready,
+            clients: count,
+        }
+    }
+
+    /// Waits until every client has sent its live request (or failed), and then a little
+    /// longer so the server holds them all; returns how long until the last was sent.
+    async fn wait_live(&self) -> Result<Duration, Error> {
+        let start = Instant::now();
+        while self.ready.load(Ordering::Relaxed) < self.clients {
+            if start.elapsed() > LIVE_SENT_TIMEOUT {
+                return Err(format!(
+                    "{} of {} clients live after {LIVE_SENT_TIMEOUT:?}",
+                    self.ready.load(Ordering::Relaxed),
+                    self.clients
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let synced = start.elapsed();
+        let settle = SETTLE + SETTLE_PER_REQUEST * u32::try_from(self.clients)?;
+        tokio::time::sleep(settle).await;
+        Ok(synced)
+    }
+
+    /// Waits for every client after a commit acknowledged at `committed`; returns the
+    /// latency of each client that got the changes and the errors of the others.
+    async fn answers(mut self, committed: Instant) -> Result<(Latencies, Errors), Error> {
+        let mut ms = Vec::with_capacity(self.clients);
+        let mut errors = Errors::default();
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined? {
+                Ok(answer) => ms.push(ms_since(committed, answer.at)),
+                Err(e) => errors.push(e),
+            }
+        }
+        Ok((Latencies::new(ms), errors))
+    }
+}
+
+/// Scenario 4: `clients` live clients on one shape (`table=users`); one 50-row transaction;
+/// from its commit until each client has all of it.
+async fn write_fanout(bench: &mut Bench, points: &[usize]) -> Result<Value, Error> {
+    let mut results = Vec::new();
+    let mut headline = Map::new();
+    let mut all_errors = 0;
+    for &clients in points {
+        let server = bench.server().await?;
+        let http = pool()?;
+        let live = LiveClients::start(
+            (0..clients)
+                .map(|_| users_client(&http, &server, None, false))
+                .collect::<Result<_, _>>()?,
+            FANOUT_TXN_ROWS,
+        );
+        let synced = live.wait_live().await?;
+        let before = server.sample()?;
+        let committed = bench.insert(FANOUT_TXN_ROWS).await?;
+        let (latencies, errors) = live.answers(committed).await?;
+        let after = server.sample()?;
+        eprintln!(
+            "write_fanout {clients} clients: p50 {} ms, p99 {} ms, max {} ms, {} errors",
+            latencies.percentile(50),
+            latencies.percentile(99),
+            latencies.percentile(100),
+            errors.count
+        );
+        headline.insert(format!("p99_ms_at_{clients}"), latencies.percentile(99));
+        all_errors += errors.count;
+        results.push(json!({
+            "clients": clients,
+            "latency": latencies.summary(),
+            "errors": errors.count,
+            "error_messages": errors.first,
+            "clients_synced_and_live_ms": round3(synced.as_secs_f64() * 1000.0),
+            "rss_bytes_idle": server.idle.rss_bytes,
+            "rss_bytes_before_write": before.rss_bytes,
+            "rss_bytes_after_write": after.rss_bytes,
+            "peak_rss_bytes": after.peak_rss_bytes,
+            "rss_bytes_per_waiting_client": per(before.rss_bytes.saturating_sub(server.idle.rss_bytes), clients),
+            "cpu_s_sync": before.cpu_s_since(&server.idle),
+            "cpu_s_write": after.cpu_s_since(&before),
+        }));
+        drop(http);
+        bench.finish(server).await?;
+    }
+    headline.insert("errors".into(), all_errors.into());
+    Ok(scenario_json(
+        headline,
+        json!({
+            "shape": "table=users (every row)",
+            "txn_rows": FANOUT_TXN_ROWS,
+            "clients": points,
+            "latency": "from the acknowledged commit of the 50-row INSERT until the client has read the whole answer that completes it (electric-up-to-date)",
+        }),
+        results,
+    ))
+}
+
+/// Scenario 1: `n` clients, each its own new shape ([`overlapping_where`]), all started at once;
+/// from the start until each client is up to date.
+async fn concurrent_shape_creation(bench: &mut Bench, points: &[usize]) -> Result<Value, Error> {
+    let mut results = Vec::new();
+    let mut headline = Map::new();
+    for &n in points {
+        let server = bench.server().await?;
+        let http = pool()?;
+        let clients: Vec<ShapeClient> = (1..=n)
+            .map(|k| users_client(&http, &server, Some(&overlapping_where(k)), false))
+            .collect::<Result<_, _>>()?;
+        let mut tasks = JoinSet::new();
+        let start = Instant::now();
+        for mut client in clients {
+            tasks.spawn(async move {
+                let answer = client.sync().await?;
+                let handle = client.handle().ok_or("no handle")?.to_owned();
+                Ok::<_, Error>((answer.at, client.stats(), handle))
+            });
+        }
+        let (mut ms, mut errors) = (Vec::new(), Errors::default());
+        let (mut handles, mut short, mut unavailable, mut requests) = (HashSet::new(), 0, 0, 0);
+        while let Some(joined) = tasks.join_next().await {
+            match joined? {
+                Ok((at, stats, handle)) => {
+                    ms.push(ms_since(start, at));
+                    if stats.changes != ROWS {
+                        short += 1;
+                    }
+                    unavailable += stats.unavailable;
+                    requests += stats.requests;
+                    handles.insert(handle);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let after = server.sample()?;
+        let latencies = Latencies::new(ms);
+        eprintln!(
+            "concurrent_shape_creation {n} shapes: p50 {} ms, p99 {} ms, max {} ms, {} errors, {} clients without {ROWS} rows, {} distinct handles",
+            latencies.percentile(50),
+            latencies.percentile(99),
+            latencies.percentile(100),
+            errors.count,
+            short,
+            handles.len()
+        );
+        headline.insert(format!("p99_ms_at_{n}"), latencies.percentile(99));
+        results.push(json!({
+            "shapes": n,
+            "up_to_date": latencies.summary(),
+            "errors": errors.count,
+            "error_messages": errors.first,
+            "clients_without_every_row": short,
+            "distinct_handles": handles.len(),
+            "answers_503_or_429": unavailable,
+            "requests": requests,
+            "rss_bytes_idle": server.idle.rss_bytes,
+            "rss_bytes_after": after.rss_bytes,
+            "peak_rss_bytes": after.peak_rss_bytes,
+            "rss_bytes_per_shape": per(after.rss_bytes.saturating_sub(server.idle.rss_bytes), n),
+            "cpu_s": after.cpu_s_since(&server.idle),
+        }));
+        drop(http);
+        bench.finish(server).await?;
+    }
+    Ok(scenario_json(
+        headline,
+        json!({
+            "shapes": "where=name <> '<k>', k = 1..=N: distinct shapes, each matching all 500 rows (Syncline folds Electric's <k> = <k> to true: one shape)",
+            "clients": points,
+            "latency": "from starting every client at once until the client's answer with electric-up-to-date was read",
+        }),
+        results,
+    ))
+}
+
+/// Scenario 5: `n` overlapping shapes ([`overlapping_where`]), one live client each; one
+/// single-row insert affecting all; from its commit until each client has it.
+async fn diverse_shape_fanout(bench: &mut Bench, points: &[usize]) -> Result<Value, Error> {
+    let mut results = Vec::new();
+    let mut headline = Map::new();
+    for &n in points {
+        let server = bench.server().await?;
+        let http = pool()?;
+        let live = LiveClients::start(
+            (1..=n)
+                .map(|k| users_client(&http, &server, Some(&overlapping_where(k)), false))
+                .collect::<Result<_, _>>()?,
+            1,
+        );
+        let synced = live.wait_live().await?;
+        let before = server.sample()?;
+        let committed = bench.insert(1).await?;
+        let (latencies, errors) = live.answers(committed).await?;
+        let after = server.sample()?;
+        eprintln!(
+            "diverse_shape_fanout {n} shapes: p50 {} ms, p99 {} ms, max {} ms, {} errors",
+            latencies.percentile(50),
+            latencies.percentile(99),
+            latencies.percentile(100),
+            errors.count
+        );
+        headline.insert(format!("p99_ms_at_{n}"), latencies.percentile(99));
+        results.push(json!({
+            "shapes": n,
+            "latency": latencies.summary(),
+            "errors": errors.count,
+            "error_messages": errors.first,
+            "shapes_created_and_live_ms": round3(synced.as_secs_f64() * 1000.0),
+            "rss_bytes_idle": server.idle.rss_bytes,
+            "rss_bytes_before_write": before.rss_bytes,
+            "rss_bytes_after_write": after.rss_bytes,
+            "peak_rss_bytes": after.peak_rss_bytes,
+            "cpu_s_create": before.cpu_s_since(&server.idle),
+            "cpu_s_write": after.cpu_s_since(&before),
+        }));
+        drop(http);
+        bench.finish(server).await?;
+    }
+    Ok(scenario_json(
+        headline,
+        json!({
+            "shapes": "where=name <> '<k>', k = 1..=N, one live client each",
+            "write": "one single-row INSERT, in every shape",
+            "latency": "from the acknowledged commit until each client has read the answer holding the row",
+        }),
+        results,
+    ))
+}
+
+/// Scenario 6: `n` overlapping shapes ([`overlapping_where`]), one live client on the first;
+/// single-row inserts affecting all, one at a time; from each commit until the client has
+/// the row (checked among the rows it keeps).
+async fn many_shapes_one_client(bench: &mut Bench, points: &[usize]) -> Result<Value, Error> {
+    let mut results = Vec::new();
+    let mut headline = Map::new();
+    for &n in points {
+        let server = bench.server().await?;
+        let http = pool()?;
+        let mut watcher = users_client(&http, &server, Some(&overlapping_where(1)), true)?;
+        watcher.sync().await?;
+        let created = Instant::now();
+        let mut tasks = JoinSet::new();
+        for k in 2..=n {
+            let mut client = users_client(&http, &server, Some(&overlapping_where(k)), false)?;
+            tasks.spawn(async move { client.sync().await.map(|_| ()) });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            joined??;
+        }
+        let created = created.elapsed();
+        let before = server.sample()?;
+        let mut ms = Vec::new();
+        for _ in 0..ONE_CLIENT_WRITES {
+            let had = watcher.rows().map_or(0, |rows| rows.len());
+            let wait = tokio::spawn(async move {
+                let answer = watcher.wait_changes(1, || {}).await;
+                (watcher, answer)
+            });
+            tokio::time::sleep(SETTLE).await;
+            let committed = bench.insert(1).await?;
+            let (back, answer) = wait.await?;
+            watcher = back;
+            ms.push(ms_since(committed, answer?.at));
+            let has = watcher.rows().map_or(0, |rows| rows.len());
+            if has != had + 1 {
+                return Err(format!(
+                    "the client held {has} rows after the write, not {}",
+                    had + 1
+                )
+                .into());
+            }
+        }
+        let after = server.sample()?;
+        let in_order: Vec<f64> = ms.iter().map(|&x| round3(x)).collect();
+        let latencies = Latencies::new(ms);
+        eprintln!(
+            "many_shapes_one_client {n} shapes: median {} ms, max {} ms",
+            latencies.percentile(50),
+            latencies.percentile(100),
+        );
+        headline.insert(format!("latency_ms_at_{n}"), latencies.percentile(50));
+        results.push(json!({
+            "shapes": n,
+            "latency": latencies.summary(),
+            "per_write_ms_in_order": in_order,
+            "shapes_created_ms": round3(created.as_secs_f64() * 1000.0),
+            "rss_bytes_idle": server.idle.rss_bytes,
+            "rss_bytes_before_writes": before.rss_bytes,
+            "rss_bytes_after_writes": after.rss_bytes,
+            "peak_rss_bytes": after.peak_rss_bytes,
+            "cpu_s_writes": after.cpu_s_since(&before),
+        }));
+        drop(http);
+        bench.finish(server).await?;
+    }
+    Ok(scenario_json(
+        headline,
+        json!({
+            "shapes": "where=name <> '<k>', k = 1..=N; one live client on k = 1, applying rows by key",
+            "writes": ONE_CLIENT_WRITES,
+            "latency": "per write, from the acknowledged commit of a single-row INSERT (in every shape) until the client has read the answer holding it; latency_ms_at_<N> is the median",
+        }),
+        results,
+    ))
+}
+
+/// A scenario's JSON: the headline figures at the top level, then parameters and points.
+fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Vec<Value>) -> Value {
+    let mut parameters = parameters;
+    parameters["rows"] = ROWS.into();
+    parameters["server"] = format!(
+        "target/release/syncline serve, fresh storage per point, --max-concurrent-requests '{ADMIT_ALL}'"
+    )
+    .into();
+    parameters["cores"] = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0)
+        .into();
+    parameters["load_generator"] =
+        "this process, same machine: reqwest keep-alive connections on a two-worker tokio runtime"
+            .into();
+    headline.insert("parameters".into(), parameters);
+    headline.insert("points".into(), points.into());
+    Value::Object(headline)
+}
+
+/// `bytes / count`, rounded down (zero for no count).
+fn per(bytes: u64, count: usize) -> u64 {
+    u64::try_from(count)
+        .ok()
+        .and_then(|c| bytes.checked_div(c))
+        .unwrap_or(0)
+}
+
+/// `x` rounded to three decimals.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
