@@ -142,7 +142,11 @@ async fn get(
         request,
         ticket,
     };
-    if let Err(e) = shape.load_end() {
+    let from = match params.offset {
+        RequestOffset::After(o) => Some(o),
+        RequestOffset::BeforeAll | RequestOffset::Now => None,
+    };
+    if let Err(e) = shape.load_end(from) {
         return serve.read_failed(&e).await;
     }
     match &params.subset {

@@ -149,14 +149,24 @@ impl Shape {
         self.state.send_modify(f);
     }
 
-    /// Makes sure a shape restored at start knows where its log ends, opening its log the
-    /// first time a request needs that.
-    /// On a server that is not the writer, reads where the log ends now instead.
-    pub fn load_end(&self) -> syncline_storage::Result<()> {
-        if !self.logs.is_writable() {
-            return tokio::task::block_in_place(|| self.follow_end());
-        }
+    /// Makes sure the shape knows where its log ends before a request reads from `from`
+    /// (`None`: from the start, or `offset=now`). The writer opens a restored shape's log the
+    /// first time a request needs that. A server that is not the writer reads the end from the
+    /// files when it knows none yet, or an older one than `from` (a client that read from the
+    /// writer may be ahead of what the follower has noticed); otherwise the follower keeps it.
+    pub fn load_end(&self, from: Option<LogOffset>) -> syncline_storage::Result<()> {
         let st = self.state();
+        if !self.logs.is_writable() {
+            let behind = match (st.durable, from) {
+                (None, _) | (_, None) => true,
+                (Some(durable), Some(from)) => from > durable,
+            };
+            return if behind {
+                tokio::task::block_in_place(|| self.follow_end())
+            } else {
+                Ok(())
+            };
+        }
         if st.durable.is_some() || !st.snapshot_done {
             return Ok(());
         }
