@@ -10,7 +10,6 @@ import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { readFile, stat } from 'node:fs/promises'
 import http from 'node:http'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
@@ -20,21 +19,19 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { chromium } from 'playwright-core'
 
+import { freePort, startCluster } from '../support/cluster.js'
+
 const here = path.dirname(fileURLToPath(import.meta.url))
 export const REPO_ROOT = path.resolve(here, '../..')
 export const EXAMPLE_DIR = path.join(REPO_ROOT, 'examples/todo')
 /** Screenshots and logs: on failure, and todo.png on success. */
 export const ARTIFACT_DIR = path.join(REPO_ROOT, 'target/browser')
 
-const CLUSTER_BIN = process.env.SYNCLINE_PG_CLUSTER_BIN
-  ? path.resolve(process.env.SYNCLINE_PG_CLUSTER_BIN)
-  : path.join(REPO_ROOT, 'target/debug/syncline-pg-cluster')
 const SYNCLINE_BIN = process.env.SYNCLINE_BIN
   ? path.resolve(process.env.SYNCLINE_BIN)
   : path.join(REPO_ROOT, 'target/debug/syncline')
 const CHROMIUM = process.env.SYNCLINE_CHROMIUM ?? '/usr/bin/chromium'
 
-const CLUSTER_START_TIMEOUT_MS = 60_000
 const SERVER_START_TIMEOUT_MS = 30_000
 const CHROMIUM_WAIT_MS = 10 * 60_000
 const OUTPUT_LINES_KEPT = 2000
@@ -75,38 +72,9 @@ function spawnLogged(name, cmd, args, options, output) {
   return child
 }
 
-/** Starts `syncline-pg-cluster`; resolves to its JSON line ({url, port, socket_dir}) plus stop(). */
-async function startCluster() {
-  assert.ok(existsSync(CLUSTER_BIN), `${CLUSTER_BIN} is missing: cargo build --bin syncline-pg-cluster`)
-  const child = spawn(CLUSTER_BIN, [], { stdio: ['pipe', 'pipe', 'pipe'] })
-  let stderr = ''
-  child.stderr.on('data', (d) => (stderr += d))
-  const exited = new Promise((resolve) => child.once('exit', resolve))
-  const line = await Promise.race([
-    createInterface({ input: child.stdout })[Symbol.asyncIterator]().next(),
-    unrefSleep(CLUSTER_START_TIMEOUT_MS).then(() => Promise.reject(new Error('cluster start timed out'))),
-  ])
-  if (line.done) throw new Error(`syncline-pg-cluster exited (${await exited}) without a line: ${stderr}`)
-  return {
-    ...JSON.parse(line.value),
-    async stop() {
-      child.stdin.end()
-      await exited
-    },
-  }
-}
-
 /** A sleep that does not keep the process alive (for the losing side of a race). */
 function unrefSleep(ms) {
   return sleep(ms, undefined, { ref: false })
-}
-
-export async function freePort() {
-  const server = net.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 /** Polls `url` until it answers 200 (and `accept(body)`), failing early if `child` exits. */

@@ -31,11 +31,10 @@ import { fileURLToPath } from 'node:url'
 import { Shape, ShapeStream } from '@electric-sql/client'
 import pg from 'pg'
 
+import { freePort, startCluster } from '../support/cluster.js'
+
 const here = path.dirname(fileURLToPath(import.meta.url))
 
-const CLUSTER_BIN = process.env.SYNCLINE_PG_CLUSTER_BIN
-  ? path.resolve(process.env.SYNCLINE_PG_CLUSTER_BIN)
-  : path.resolve(here, '../../target/debug/syncline-pg-cluster')
 const SYNCLINE_BIN = process.env.SYNCLINE_BIN
   ? path.resolve(process.env.SYNCLINE_BIN)
   : path.resolve(here, '../../target/debug/syncline')
@@ -49,7 +48,6 @@ export const LONG_POLL_TIMEOUT_MS = 3000
 /** Chunk threshold given to every server, in bytes (as harness.js). */
 export const CHUNK_BYTES = 10000
 
-const CLUSTER_START_TIMEOUT_MS = 60_000
 const SERVER_START_TIMEOUT_MS = 60_000
 const NGINX_START_TIMEOUT_MS = 10_000
 const OUTPUT_TAIL_LINES = 40
@@ -110,14 +108,6 @@ function tempDir(prefix) {
   return dir
 }
 
-async function freePort() {
-  const server = net.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
 function track(child) {
   children.add(child.pid)
   child.exited = new Promise((resolve) =>
@@ -137,24 +127,11 @@ function spawnGuarded(bin, args, options) {
   return track(spawn(cmd, argv, options))
 }
 
-/** Starts `syncline-pg-cluster` (as harness.js does); resolves to its JSON line plus `stop()`. */
-async function startCluster() {
-  assert.ok(existsSync(CLUSTER_BIN), `${CLUSTER_BIN} is missing: cargo build -p syncline-testkit`)
-  const child = track(spawn(CLUSTER_BIN, [], { stdio: ['pipe', 'pipe', 'pipe'] }))
-  let stderr = ''
-  child.stderr.on('data', (d) => (stderr += d))
-  const line = await Promise.race([
-    createInterface({ input: child.stdout })[Symbol.asyncIterator]().next(),
-    sleep(CLUSTER_START_TIMEOUT_MS).then(() => Promise.reject(new Error('cluster start timed out'))),
-  ])
-  if (line.done) throw new Error(`syncline-pg-cluster exited (${await child.exited}) without a line: ${stderr}`)
-  return {
-    ...JSON.parse(line.value),
-    async stop() {
-      child.stdin.end()
-      await child.exited
-    },
-  }
+/** A private cluster, removed at exit like every child of this process. */
+async function startTrackedCluster() {
+  const cluster = await startCluster()
+  track(cluster.child)
+  return cluster
 }
 
 /**
@@ -313,7 +290,7 @@ export class Fleet {
    * `serverEnv` adds to every server's environment.
    */
   static async start({ sql = '', slots = 3, serverEnv = {} } = {}) {
-    const cluster = await startCluster()
+    const cluster = await startTrackedCluster()
     const fleet = new Fleet(cluster, serverEnv)
     fleets.add(fleet)
     for (let i = 0; i < slots; i++) fleet.ports.push(await freePort())

@@ -5,7 +5,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
@@ -17,12 +16,9 @@ import { inspect, isDeepStrictEqual } from 'node:util'
 import { Shape, ShapeStream } from '@electric-sql/client'
 import pg from 'pg'
 
-const here = path.dirname(fileURLToPath(import.meta.url))
+import { freePort, startCluster } from '../support/cluster.js'
 
-/** The testkit CLI that starts a private cluster. */
-const CLUSTER_BIN = process.env.SYNCLINE_PG_CLUSTER_BIN
-  ? path.resolve(process.env.SYNCLINE_PG_CLUSTER_BIN)
-  : path.resolve(here, '../../target/debug/syncline-pg-cluster')
+const here = path.dirname(fileURLToPath(import.meta.url))
 
 /** The Syncline server binary. */
 const SYNCLINE_BIN = process.env.SYNCLINE_BIN
@@ -35,7 +31,6 @@ const LONG_POLL_TIMEOUT_MS = 3000
 /** Chunk threshold given to the server, in bytes. */
 export const CHUNK_BYTES = 10000
 
-const CLUSTER_START_TIMEOUT_MS = 60_000
 const SERVER_START_TIMEOUT_MS = 30_000
 const EVENTUALLY_TIMEOUT_MS = 20_000
 const TEST_TIMEOUT_MS = 120_000
@@ -91,36 +86,6 @@ export async function startStack(sql = '') {
   if (sql) await stack.sql(sql)
   await stack.server.start()
   return stack
-}
-
-/** Starts `syncline-pg-cluster`; resolves to its JSON line plus `stop()`. */
-async function startCluster() {
-  assert.ok(existsSync(CLUSTER_BIN), `${CLUSTER_BIN} is missing: cargo build -p syncline-testkit`)
-  const child = spawn(CLUSTER_BIN, [], { stdio: ['pipe', 'pipe', 'pipe'] })
-  let stderr = ''
-  child.stderr.on('data', (d) => (stderr += d))
-  const exited = new Promise((resolve) => child.once('exit', resolve))
-  const line = await Promise.race([
-    createInterface({ input: child.stdout })[Symbol.asyncIterator]().next(),
-    sleep(CLUSTER_START_TIMEOUT_MS).then(() => Promise.reject(new Error('cluster start timed out'))),
-  ])
-  if (line.done) throw new Error(`syncline-pg-cluster exited (${await exited}) without a line: ${stderr}`)
-  const info = JSON.parse(line.value)
-  return {
-    ...info,
-    async stop() {
-      child.stdin.end()
-      await exited
-    },
-  }
-}
-
-async function freePort() {
-  const server = net.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 /**

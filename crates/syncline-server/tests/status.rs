@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use common::fixture_with;
 
+/// The body of a GET of `url`.
+async fn text(f: &common::Fixture, url: &str) -> String {
+    f.http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_needs_the_secret_and_shows_a_running_snapshot() {
     let f = fixture_with(
@@ -48,15 +53,7 @@ async fn the_status_page_needs_the_secret_and_shows_a_running_snapshot() {
     });
     let mut seen = None;
     for _ in 0..500 {
-        let metrics = f
-            .http
-            .get(format!("{base}/status/metrics?secret=s3cret"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = text(&f, &format!("{base}/status/metrics?secret=s3cret")).await;
         let line = |name: &str| {
             metrics
                 .lines()
@@ -80,15 +77,7 @@ async fn the_status_page_needs_the_secret_and_shows_a_running_snapshot() {
     // Once the snapshot is written, its gauges are gone.
     let mut gone = false;
     for _ in 0..200 {
-        let metrics = f
-            .http
-            .get(format!("{base}/status/metrics?secret=s3cret"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = text(&f, &format!("{base}/status/metrics?secret=s3cret")).await;
         if !metrics.contains("syncline_snapshot_progress_rows{") {
             gone = true;
             break;

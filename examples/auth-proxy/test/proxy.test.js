@@ -10,7 +10,6 @@ import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import http from 'node:http'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
@@ -22,13 +21,11 @@ import { gunzipSync } from 'node:zlib'
 import { Shape, ShapeStream } from '@electric-sql/client'
 import pg from 'pg'
 
+import { freePort, startCluster } from '../../../tests/support/cluster.js'
 import { createProxy, privateCacheControl } from '../proxy.js'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 const exampleDir = path.resolve(here, '..')
-const CLUSTER_BIN = path.resolve(
-  process.env.SYNCLINE_PG_CLUSTER_BIN ?? path.join(exampleDir, '../../target/debug/syncline-pg-cluster'),
-)
 const SYNCLINE_BIN = path.resolve(process.env.SYNCLINE_BIN ?? path.join(exampleDir, '../../target/debug/syncline'))
 
 const LONG_POLL_TIMEOUT_MS = 3000
@@ -82,23 +79,6 @@ await sql(`
 `)
 syncline = await startSyncline()
 proxy = await startProxy()
-
-async function startCluster() {
-  assert.ok(existsSync(CLUSTER_BIN), `${CLUSTER_BIN} is missing: cargo build -p syncline-testkit`)
-  const child = spawn(CLUSTER_BIN, [], { stdio: ['pipe', 'pipe', 'pipe'] })
-  let stderr = ''
-  child.stderr.on('data', (d) => (stderr += d))
-  const exited = new Promise((resolve) => child.once('exit', resolve))
-  const line = await firstLine(child.stdout, 'syncline-pg-cluster')
-  if (line === null) throw new Error(`syncline-pg-cluster exited (${await exited}): ${stderr}`)
-  return {
-    ...JSON.parse(line),
-    async stop() {
-      child.stdin.end()
-      await exited
-    },
-  }
-}
 
 async function startSyncline() {
   assert.ok(existsSync(SYNCLINE_BIN), `${SYNCLINE_BIN} is missing: cargo build -p syncline-server`)
@@ -174,14 +154,6 @@ function firstLine(stream, label) {
     first,
     sleep(START_TIMEOUT_MS).then(() => Promise.reject(new Error(`${label}: no output after ${START_TIMEOUT_MS} ms`))),
   ])
-}
-
-async function freePort() {
-  const server = net.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 function tail() {
