@@ -49,11 +49,19 @@ export async function startCluster() {
   }
 }
 
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
+/** Ports this process has handed out: the kernel may offer a just-closed one again. */
+const handedOut = new Set()
+
+/** A TCP port on 127.0.0.1 that was free a moment ago, and not handed out before here. */
 export async function freePort() {
-  const server = net.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
+  for (;;) {
+    const server = net.createServer()
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const { port } = server.address()
+    await new Promise((resolve) => server.close(resolve))
+    if (!handedOut.has(port)) {
+      handedOut.add(port)
+      return port
+    }
+  }
 }
