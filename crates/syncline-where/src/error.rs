@@ -10,6 +10,30 @@ pub struct WhereError {
     pub message: String,
     /// The location and the message without it, for [`WhereError::shifted`].
     located: Option<(i32, String)>,
+    /// The request parameter the message belongs under.
+    key: ErrorKey,
+}
+
+/// The request parameter a [`WhereError`] is reported under (Electric's `errors` object key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKey {
+    /// `where`: the clause itself (syntax, types, subquery shape, DNF limits).
+    Where,
+    /// `table`: a table a subquery reads does not exist.
+    Table,
+    /// `columns`: a subquery selects columns its table does not have (or none).
+    Columns,
+}
+
+impl ErrorKey {
+    /// The key as Electric spells it: `"where"`, `"table"` or `"columns"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKey::Where => "where",
+            ErrorKey::Table => "table",
+            ErrorKey::Columns => "columns",
+        }
+    }
 }
 
 impl WhereError {
@@ -20,6 +44,7 @@ impl WhereError {
         WhereError {
             message: format!("At location {location}: {detail}"),
             located: Some((location, detail)),
+            key: ErrorKey::Where,
         }
     }
 
@@ -28,14 +53,33 @@ impl WhereError {
         WhereError {
             message: message.into(),
             located: None,
+            key: ErrorKey::Where,
         }
+    }
+
+    /// An error reported under `key` rather than `where`.
+    pub(crate) fn under(key: ErrorKey, message: impl Into<String>) -> WhereError {
+        WhereError {
+            message: message.into(),
+            located: None,
+            key,
+        }
+    }
+
+    /// The request parameter the error belongs under: `where` for everything but a subquery's
+    /// unknown table (`table`) and its unknown or missing columns (`columns`).
+    pub fn key(&self) -> ErrorKey {
+        self.key
     }
 
     /// The same error with its location moved `by` bytes back: for text that was checked
     /// behind a longer prefix than the where clause's.
     pub(crate) fn shifted(self, by: i32) -> WhereError {
         match self.located {
-            Some((location, detail)) => WhereError::at(location - by, detail),
+            Some((location, detail)) => WhereError {
+                key: self.key,
+                ..WhereError::at(location - by, detail)
+            },
             None => self,
         }
     }

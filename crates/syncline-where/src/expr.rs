@@ -311,6 +311,15 @@ pub(crate) enum Expr {
         /// The array type.
         ty: Type,
     },
+    /// `col IN (SELECT ...)` or `(a, b) IN (SELECT ...)`: membership of the left-side columns
+    /// in a subquery's value set (`NOT IN` is `NOT` over it).
+    Sublink {
+        /// Index of the subquery in the clause's distinct subqueries.
+        subquery: usize,
+        /// The left-side columns (`Expr::Column`), one per select-list column: a row
+        /// `(a, b)` when there are several.
+        left: Vec<Expr>,
+    },
 }
 
 impl Expr {
@@ -378,6 +387,7 @@ impl Expr {
             | Expr::ArrayBuild { args, .. }
             | Expr::ArrayCtor { elems: args, .. } => args.iter().collect(),
             Expr::Not(arg) | Expr::IsNull { arg, .. } | Expr::BoolTest { arg, .. } => vec![arg],
+            Expr::Sublink { left, .. } => left.iter().collect(),
             Expr::Distinct { left, right, .. } => vec![left, right],
             Expr::InList { arg, list, .. } => std::iter::once(&**arg).chain(list).collect(),
             Expr::Quantified { left, array, .. } => vec![left, array],

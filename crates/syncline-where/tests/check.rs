@@ -138,12 +138,12 @@ fn rejects_with_electric_messages() {
         (
             "i4 IN (SELECT 1)",
             &[],
-            "error: At location 3: subqueries are not supported",
+            "error: At location 29: Expected a plain column reference",
         ),
         (
             "EXISTS (SELECT 1)",
             &[],
-            "error: At location 0: only `value IN (SELECT ...)` sublinks are supported right now",
+            "error: At location 30: Expected a plain column reference",
         ),
         (
             "true; DROP TABLE t",

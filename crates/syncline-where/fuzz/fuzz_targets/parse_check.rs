@@ -1,6 +1,7 @@
 //! Fuzzes parse + check + render + evaluation: no input may panic, and the rendered SQL of an
 //! accepted clause must check again to the same SQL (shape identity depends on it), and the
-//! router must agree with evaluating the clause.
+//! router must agree with evaluating the clause. Subqueries may read the table `t` itself
+//! (nested too); their value sets hold the tuple of `1`s.
 //!
 //! Run as `ulimit -s 65536; ASAN_OPTIONS=detect_stack_use_after_return=0 cargo +nightly fuzz
 //! run parse_check`: AddressSanitizer's fake stacks make libpg_query's stack-depth check report
@@ -14,7 +15,24 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 use syncline_core::tuple::Value;
-use syncline_where::{Change, Row, RowTypes, Router, Where, WHERE_BYTES_MAX};
+use syncline_where::{Change, Row, RowTypes, Router, TableRef, Views, Where, WHERE_BYTES_MAX};
+
+/// Every value set holds exactly the tuple of `1`s.
+struct Ones;
+
+impl Views for Ones {
+    fn contains(&self, _subquery: usize, values: &[&str]) -> bool {
+        values.iter().all(|v| *v == "1")
+    }
+
+    fn contains_null(&self, _subquery: usize) -> bool {
+        false
+    }
+
+    fn is_empty(&self, _subquery: usize) -> bool {
+        false
+    }
+}
 
 fn relation() -> RelationDesc {
     let base = |name: &str| PgType {
@@ -126,26 +144,42 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let relation = relation();
+    let tables = |t: &TableRef| (t.schema == "public" && t.name == "t").then(self::relation);
     let params = vec!["5".to_string(), "a%".to_string(), "{1,2}".to_string()];
-    let Ok(w) = Where::new(text, &relation, &params) else {
+    let _ = Where::subquery_tables(text);
+    let Ok(w) = Where::with_tables(text, &relation, &params, &tables) else {
         return;
     };
     if w.sql().len() > WHERE_BYTES_MAX {
         // Folded constants can render longer than the input limit; nothing to re-check.
         return;
     }
-    let again = Where::new(w.sql(), &relation, &[])
+    let again = Where::with_tables(w.sql(), &relation, &[], &tables)
         .unwrap_or_else(|e| panic!("rendered `{}` of `{text}` fails: {e}", w.sql()));
     assert_eq!(again.sql(), w.sql(), "rendering of `{text}` is not stable");
     let types = RowTypes::of(&relation);
     let mut router = Router::new(&relation);
     router.add(1, Some(&w));
+    for (i, subquery) in w.subqueries().iter().enumerate() {
+        router.view_insert(1, i, &vec!["1"; subquery.columns.len()]);
+    }
+    let _ = w.sql_with_views(&|i| {
+        vec![vec![Some("1".to_string()); w.subqueries()[i].columns.len()]]
+    });
+    for p in 0..w.dnf().positions.len() {
+        let _ = w.position_sql(p);
+        let _ = w.slot_hash(p, &[Some("1"), None], "prefix");
+    }
     for values in ROWS {
         let values: Vec<Value> = values
             .iter()
             .map(|v| Value::Text(Bytes::from(v.to_string())))
             .collect();
-        let _ = w.eval(&Row::new(&types, &values));
+        let row = Row::new(&types, &values);
+        let _ = w.eval(&row);
+        let _ = w.eval_in(&row, &Ones);
+        let _ = w.active_conditions(&row, &Ones);
+        let _ = w.tags(&row, "prefix");
         let change = Change::Insert(&values);
         assert_eq!(
             router.affected(&change),

@@ -104,7 +104,9 @@ pub(crate) fn fold(expr: Expr) -> Result<Expr, EvalError> {
             args: fold_all(args)?,
             ty,
         },
-        leaf @ (Expr::Const { .. } | Expr::Column { .. }) => return Ok(leaf),
+        leaf @ (Expr::Const { .. } | Expr::Column { .. } | Expr::Sublink { .. }) => {
+            return Ok(leaf)
+        }
     };
     if folded.columns().is_empty() {
         let value = eval_constant_checked(&folded)?;

@@ -11,6 +11,7 @@ use syncline_core::relation::RelationDesc;
 use crate::error::WhereError;
 use crate::expr::{BoolTest, CmpOp, Expr, Op, Subscript};
 use crate::parse::PREFIX_LEN;
+use crate::subquery::{readable, Sublinks};
 use crate::types::{Category, Type};
 use crate::value::Datum;
 
@@ -31,16 +32,19 @@ enum Item {
     Unknown { text: Option<String>, location: i32 },
 }
 
-/// Checks the parsed where clause; `params[0]` is `$1`.
+/// Checks the parsed where clause; `params[0]` is `$1`; `sublinks` are its prepared
+/// subqueries.
 pub(crate) fn check(
     node: &Node,
     relation: &RelationDesc,
     params: &[String],
+    sublinks: &Sublinks,
 ) -> Result<Expr, WhereError> {
     let checker = Checker {
         relation,
         params,
         depth: std::cell::Cell::new(0),
+        sublinks: Some(sublinks),
     };
     let location = node_location(node);
     let item = checker.item(node)?;
@@ -66,6 +70,7 @@ pub(crate) fn check_value(
         relation,
         params,
         depth: std::cell::Cell::new(0),
+        sublinks: None,
     };
     let expr = checker.typed(Some(node), node_location(node))?;
     let expr = fold::fold(expr).map_err(|e| WhereError::new(e.to_string()))?;
@@ -80,7 +85,14 @@ struct Checker<'a> {
     relation: &'a RelationDesc,
     params: &'a [String],
     depth: std::cell::Cell<usize>,
+    /// The prepared subqueries; `None` where no subquery may appear (a sort key).
+    sublinks: Option<&'a Sublinks>,
 }
+
+/// Electric's text for a left side of `IN (SELECT ...)` that is not bare columns.
+const SUBLINK_LEFT_SIDE: &str = "currently, left side of `IN (SELECT ...)` can only be a column reference or a list of column references";
+/// Electric's text for a sublink that is not `IN (SELECT ...)`.
+const SUBLINK_KIND: &str = "only `value IN (SELECT ...)` sublinks are supported right now";
 
 /// Offset within the where text of a parser location (which counts the `SELECT 1 WHERE ` prefix).
 fn local(location: i32) -> i32 {
@@ -158,13 +170,7 @@ impl Checker<'_> {
             N::AArrayExpr(a) => self
                 .array_ctor(&a.elements, None, a.location)
                 .map(Item::Typed),
-            N::SubLink(s) if s.sub_link_type == pb::SubLinkType::AnySublink as i32 => {
-                Err(error(location, "subqueries are not supported"))
-            }
-            N::SubLink(_) => Err(error(
-                location,
-                "only `value IN (SELECT ...)` sublinks are supported right now",
-            )),
+            N::SubLink(s) => self.sublink(s).map(Item::Typed),
             N::SqlvalueFunction(f) => Err(error(
                 f.location,
                 "non-deterministic functions are not supported",
@@ -176,6 +182,82 @@ impl Checker<'_> {
                 format!("unsupported expression: {}", node_name(other)),
             )),
         }
+    }
+
+    /// `left IN (SELECT ...)`, as Electric's parser checks it: the left side first (its own
+    /// errors come first), then the kind of sublink, then that the left side is bare columns
+    /// (one, or a row of them) of exactly the select list's types.
+    fn sublink(&self, s: &pb::SubLink) -> Result<Expr, WhereError> {
+        let location = s.location;
+        let is_in = s.sub_link_type == pb::SubLinkType::AnySublink as i32 && s.oper_name.is_empty();
+        let Some(sublinks) = self.sublinks else {
+            let message = if s.sub_link_type == pb::SubLinkType::AnySublink as i32 {
+                "subqueries are not supported"
+            } else {
+                SUBLINK_KIND
+            };
+            return Err(error(location, message));
+        };
+        let left = match s.testexpr.as_deref() {
+            Some(Node {
+                node: Some(N::RowExpr(r)),
+            }) => Some((
+                r.args
+                    .iter()
+                    .map(|a| self.item(a))
+                    .collect::<Result<Vec<_>, _>>()?,
+                true,
+            )),
+            Some(node) => Some((vec![self.item(node)?], false)),
+            None => None,
+        };
+        let (Some((items, row)), true) = (left, is_in) else {
+            return Err(error(location, SUBLINK_KIND));
+        };
+        let columns: Option<Vec<Expr>> = items
+            .into_iter()
+            .map(|i| match i {
+                Item::Typed(e @ Expr::Column { .. }) => Some(e),
+                _ => None,
+            })
+            .collect();
+        let columns = columns.ok_or_else(|| error(location, SUBLINK_LEFT_SIDE))?;
+        let info = sublinks
+            .get(location)
+            .ok_or_else(|| error(location, "malformed subquery"))?;
+        let matches = row == (info.types.len() > 1)
+            && columns.len() == info.types.len()
+            && columns
+                .iter()
+                .zip(&info.types)
+                .all(|(c, t)| Some(c.ty()) == t.as_ref());
+        if !matches {
+            let names: Vec<String> = columns
+                .iter()
+                .map(|c| match c {
+                    Expr::Column { index, ty, .. } => {
+                        readable(Some(ty), &self.relation.columns[*index].pg_type)
+                    }
+                    other => other.ty().to_string(),
+                })
+                .collect();
+            let left = if row {
+                format!("row of ({})", names.join(", "))
+            } else {
+                names.join(", ")
+            };
+            return Err(error(
+                location,
+                format!(
+                    "left side of `IN (SELECT ...)` has type {left} but subquery returns {}",
+                    info.readable
+                ),
+            ));
+        }
+        Ok(Expr::Sublink {
+            subquery: info.index,
+            left: columns,
+        })
     }
 
     /// Checks a node and gives it a type, unknown literals becoming `text`.

@@ -19,8 +19,49 @@ use crate::value::array::Array;
 use crate::value::timezone::{timezone, ZoneArg};
 use crate::value::{Datum, Nullable};
 
+/// How a subquery occurrence learns whether its left-side values are in the subquery's value
+/// set: from the caller's [`crate::Views`], or from the router's own sets.
+pub(crate) trait Membership {
+    /// `left IN (subquery)` for the left-side values `left` of types `types`: SQL's
+    /// three-valued answer (`Ok(None)` is NULL); an error when the answer is not known.
+    fn member(
+        &self,
+        subquery: usize,
+        left: &[Nullable],
+        types: &[Type],
+    ) -> Result<Option<bool>, EvalError>;
+
+    /// Whether `IN (subquery)` is false whatever the left side is (the set is empty), so the
+    /// left side need not be evaluated.
+    fn is_empty(&self, subquery: usize) -> bool;
+}
+
+/// What evaluation reads: the row, and the subqueries' value sets when there are any.
+pub(crate) struct Cx<'r, 'a> {
+    /// The row.
+    pub(crate) row: &'r Row<'a>,
+    /// The value sets; `None` makes any subquery occurrence an error.
+    pub(crate) views: Option<&'r dyn Membership>,
+}
+
+impl<'r, 'a> Cx<'r, 'a> {
+    /// A row without value sets.
+    pub(crate) fn of(row: &'r Row<'a>) -> Cx<'r, 'a> {
+        Cx { row, views: None }
+    }
+
+    fn get(&self, index: usize) -> Result<Nullable, EvalError> {
+        self.row.get(index)
+    }
+}
+
+/// The error of evaluating a subquery occurrence without its value set.
+pub(crate) fn no_views() -> EvalError {
+    EvalError::Other("the clause has subqueries: evaluate it with their value sets".into())
+}
+
 /// Evaluates `expr` on `row`. `Ok(None)` is SQL NULL.
-pub(crate) fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
+pub(crate) fn eval(expr: &Expr, row: &Cx) -> Result<Nullable, EvalError> {
     match expr {
         Expr::Const { value, .. } => Ok(value.clone()),
         Expr::Column { index, .. } => row.get(*index),
@@ -147,11 +188,23 @@ pub(crate) fn eval(expr: &Expr, row: &Row) -> Result<Nullable, EvalError> {
         Expr::ArrayBuild { kind, args, .. } => {
             array_build(*kind, eval(&args[0], row)?, eval(&args[1], row)?)
         }
+        Expr::Sublink { subquery, left, .. } => {
+            let views = row.views.ok_or_else(no_views)?;
+            if views.is_empty(*subquery) {
+                return Ok(Some(Datum::Bool(false)));
+            }
+            let values = left
+                .iter()
+                .map(|e| eval(e, row))
+                .collect::<Result<Vec<_>, _>>()?;
+            let types: Vec<Type> = left.iter().map(|e| e.ty().clone()).collect();
+            Ok(views.member(*subquery, &values, &types)?.map(Datum::Bool))
+        }
     }
 }
 
 /// Evaluates a boolean expression.
-pub(crate) fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
+pub(crate) fn eval_bool(expr: &Expr, row: &Cx) -> Result<Option<bool>, EvalError> {
     match eval(expr, row)? {
         Some(Datum::Bool(b)) => Ok(Some(b)),
         None => Ok(None),
@@ -161,32 +214,91 @@ pub(crate) fn eval_bool(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalErro
     }
 }
 
-/// Evaluates a boolean expression for routing: like [`eval_bool`], except that AND is false
-/// (NULL) when any operand is false (NULL) and OR true when any is true even if another operand
-/// fails (for Postgres the order of operands decides whether it fails). The answer then does not depend
-/// on which conjunct an index checks first.
-pub(crate) fn eval_bool_for_routing(expr: &Expr, row: &Row) -> Result<Option<bool>, EvalError> {
-    match expr {
-        Expr::And(args) | Expr::Or(args) => {
-            let decider = matches!(expr, Expr::Or(_));
-            let (mut failure, mut saw_null) = (None, false);
-            for arg in args {
-                match eval_bool_for_routing(arg, row) {
-                    Ok(Some(b)) if b == decider => return Ok(Some(decider)),
-                    Ok(Some(_)) => {}
-                    Ok(None) => saw_null = true,
-                    Err(e) => failure = Some(e),
-                }
-            }
-            match failure {
-                // An AND with a NULL operand cannot be true, whatever the failing one gives.
-                Some(_) if saw_null && !decider => Ok(None),
-                Some(e) => Err(e),
-                None => Ok(if saw_null { None } else { Some(!decider) }),
+/// The values a boolean expression may have for routing: a set of true, false and NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Possible(u8);
+
+impl Possible {
+    const TRUE: u8 = 1;
+    const FALSE: u8 = 2;
+    const NULL: u8 = 4;
+    /// Anything: an error, or a value not known.
+    pub(crate) const ANY: Possible = Possible(Self::TRUE | Self::FALSE | Self::NULL);
+
+    fn of(v: Option<bool>) -> Possible {
+        Possible(match v {
+            Some(true) => Self::TRUE,
+            Some(false) => Self::FALSE,
+            None => Self::NULL,
+        })
+    }
+
+    fn values(self) -> impl Iterator<Item = Option<bool>> {
+        [Some(true), Some(false), None]
+            .into_iter()
+            .filter(move |v| self.0 & Possible::of(*v).0 != 0)
+    }
+
+    /// Whether the expression may be true.
+    pub(crate) fn may_be_true(self) -> bool {
+        self.0 & Self::TRUE != 0
+    }
+
+    /// Every value `f` gives for a value of `self` and one of `other`.
+    fn combine(
+        self,
+        other: Possible,
+        f: impl Fn(Option<bool>, Option<bool>) -> Option<bool>,
+    ) -> Possible {
+        let mut out = 0;
+        for a in self.values() {
+            for b in other.values() {
+                out |= Possible::of(f(a, b)).0;
             }
         }
-        Expr::Not(arg) => Ok(eval_bool_for_routing(arg, row)?.map(|b| !b)),
-        _ => eval_bool(expr, row),
+        Possible(out)
+    }
+}
+
+/// SQL's AND of two truth values.
+fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (Some(true), Some(true)) => Some(true),
+        _ => None,
+    }
+}
+
+/// SQL's OR of two truth values.
+fn or3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (Some(false), Some(false)) => Some(false),
+        _ => None,
+    }
+}
+
+/// Evaluates a boolean expression for routing: the values it may have, where an operand that
+/// fails (or whose value is not known, such as a subquery the router cannot decide) may be
+/// anything, combined through AND, OR and NOT with SQL's truth tables. So an AND with a false
+/// operand is false and an OR with a true one true whatever the others give (for Postgres the
+/// order of operands decides whether it fails), and the answer does not depend on which
+/// conjunct an index checks first.
+pub(crate) fn eval_bool_for_routing(expr: &Expr, row: &Cx) -> Possible {
+    match expr {
+        Expr::And(args) => args.iter().fold(Possible::of(Some(true)), |acc, a| {
+            acc.combine(eval_bool_for_routing(a, row), and3)
+        }),
+        Expr::Or(args) => args.iter().fold(Possible::of(Some(false)), |acc, a| {
+            acc.combine(eval_bool_for_routing(a, row), or3)
+        }),
+        Expr::Not(arg) => {
+            eval_bool_for_routing(arg, row).combine(Possible::of(None), |a, _| a.map(|b| !b))
+        }
+        _ => match eval_bool(expr, row) {
+            Ok(v) => Possible::of(v),
+            Err(_) => Possible::ANY,
+        },
     }
 }
 
@@ -200,11 +312,11 @@ pub(crate) fn eval_constant_checked(expr: &Expr) -> Result<Nullable, EvalError> 
     if !expr.columns().is_empty() {
         return Err(EvalError::Other("expression reads columns".into()));
     }
-    eval(expr, &Row::empty())
+    eval(expr, &Cx::of(&Row::empty()))
 }
 
 /// AND (`stop_on` false) / OR (`stop_on` true) with Postgres's truth tables.
-fn logic(args: &[Expr], row: &Row, stop_on: bool) -> Result<Nullable, EvalError> {
+fn logic(args: &[Expr], row: &Cx, stop_on: bool) -> Result<Nullable, EvalError> {
     let mut saw_null = false;
     for arg in args {
         match eval_bool(arg, row)? {
@@ -254,7 +366,7 @@ fn quantified(
 /// An array access as Postgres evaluates it: a NULL array is NULL without evaluating the
 /// subscripts; otherwise every given subscript is evaluated (upper ones first, then lower ones),
 /// and any NULL among them gives NULL.
-fn subscript(array: Nullable, subscripts: &[Subscript], row: &Row) -> Result<Nullable, EvalError> {
+fn subscript(array: Nullable, subscripts: &[Subscript], row: &Cx) -> Result<Nullable, EvalError> {
     let Some(Datum::Array(array)) = array else {
         return Ok(None);
     };

@@ -62,6 +62,26 @@ impl<'a> Row<'a> {
         cell.get_or_init(|| self.decode(index)).clone()
     }
 
+    /// The normal text of column `index` (equal for values Postgres's `=` calls equal); `None`
+    /// for NULL.
+    pub(crate) fn normal_text(&self, index: usize) -> Result<Option<String>, EvalError> {
+        let ty = self.types.get(index).and_then(Option::as_ref);
+        Ok(match (self.get(index)?, ty) {
+            (Some(datum), Some(ty)) => Some(datum.normal_text(ty)),
+            (Some(_), None) => self.raw_text(index),
+            (None, _) => None,
+        })
+    }
+
+    /// Column `index` as the text it came in (lossy UTF-8); `None` for NULL, unchanged TOAST
+    /// or a missing column.
+    pub(crate) fn raw_text(&self, index: usize) -> Option<String> {
+        match self.values.get(index) {
+            Some(Value::Text(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        }
+    }
+
     fn decode(&self, index: usize) -> Result<Nullable, EvalError> {
         let ty = self.types.get(index).and_then(Option::as_ref);
         match (&self.values[index], ty) {

@@ -3,28 +3,35 @@
 //!
 //! Indexed: `col = c` (hash), `col IN (c, ...)`, `arr @> c`, `c <@ arr`, `c = ANY(arr)`
 //! (containment), ranges `<`, `<=`, `>`, `>=`, BETWEEN (interval stabbing), `col LIKE 'p%'`
-//! (prefix lookups), and AND/OR of these: in `a AND b` the best access is indexed and the rest is
-//! planned again one level down, an OR is indexed when all its arms are. Everything else is
-//! evaluated per shape. An update affects a shape when its old or its new row matches; a value
-//! that cannot be decoded or an evaluation error counts as a match (safe over-inclusion), unless
-//! a conjunct is false (see [`crate::eval::eval_bool_for_routing`]).
+//! (prefix lookups), `cols IN (SELECT ...)` (hash, by the tuples of each shape's own value set,
+//! kept up to date by [`Router::view_insert`] and [`Router::view_remove`]), and AND/OR of
+//! these: in `a AND b` the best access is indexed and the rest is planned again one level down,
+//! an OR is indexed when all its arms are. Everything else is evaluated per shape, subqueries
+//! by the shape's value sets (`NOT IN` included; a miss there may be NULL, which the router
+//! cannot know, so it may be anything). An update affects a shape when its old or its new row
+//! matches; a value that cannot be decoded or an evaluation error counts as a match (safe
+//! over-inclusion), unless the clause is certainly not true without it, a conjunct false say
+//! (see [`crate::eval::eval_bool_for_routing`]).
 
 mod hash;
 mod key;
 mod node;
 mod plan;
 mod range;
+mod views;
 
 use std::collections::HashMap;
 
 use syncline_core::relation::RelationDesc;
 use syncline_core::tuple::Value;
 
-use crate::eval::{eval_bool_for_routing, Row, RowTypes};
+use crate::eval::{Row, RowTypes};
 use crate::expr::Expr;
+use crate::subquery::normal_text;
 use crate::Where;
-use hash::FxHashSet;
-use node::Node;
+use hash::{FxHashMap, FxHashSet};
+use node::{Collect, Node};
+use views::{ShapeViews, ViewEntry};
 
 /// The caller's identifier of a shape.
 pub type ShapeId = u64;
@@ -60,6 +67,8 @@ pub struct Router {
     types: RowTypes,
     root: Node,
     shapes: HashMap<ShapeId, Option<Expr>>,
+    /// The value sets of the shapes with subqueries.
+    views: FxHashMap<ShapeId, ShapeViews>,
 }
 
 impl Router {
@@ -69,26 +78,102 @@ impl Router {
             types: RowTypes::of(relation),
             root: Node::default(),
             shapes: HashMap::new(),
+            views: FxHashMap::default(),
         }
     }
 
     /// Adds a shape; `None` is a shape without a where clause (every row). Replaces a shape
-    /// already added under `id`.
+    /// already added under `id`. A clause with subqueries starts with empty value sets: fill
+    /// them with [`Router::view_insert`].
     pub fn add(&mut self, id: ShapeId, filter: Option<&Where>) {
         self.remove(id);
         let expr = filter.map(|w| w.expr().clone());
-        self.root.insert(id, expr.clone().into_iter().collect());
+        let mut attachments = Vec::new();
+        self.root.insert(
+            id,
+            expr.clone().into_iter().collect(),
+            &mut Vec::new(),
+            &mut attachments,
+        );
+        if let (Some(w), Some(expr)) = (filter, &expr) {
+            if w.has_subqueries() {
+                let types = w.subqueries().iter().map(|s| s.types()).collect();
+                self.views
+                    .insert(id, ShapeViews::new(expr, types, attachments));
+            }
+        }
         self.shapes.insert(id, expr);
     }
 
-    /// Removes a shape; false if it was not there.
+    /// Removes a shape (and its value sets); false if it was not there.
     pub fn remove(&mut self, id: ShapeId) -> bool {
+        if let Some(views) = self.views.remove(&id) {
+            for (attachment, a) in views.attachments.iter().enumerate() {
+                let entry = ViewEntry {
+                    shape: id,
+                    attachment,
+                };
+                for key in &views.subs[a.subquery].set {
+                    self.root.view_remove(&a.path, &a.cols, key, entry);
+                }
+            }
+        }
         match self.shapes.remove(&id) {
             Some(expr) => {
                 self.root.remove(id, expr.into_iter().collect());
                 true
             }
             None => false,
+        }
+    }
+
+    /// The value set of shape `id` for subquery `subquery` (an index into
+    /// [`Where::subqueries`]) gained the tuple `values` (Postgres text of each select-list
+    /// column, normalized as [`crate::Subquery::normalize`] does). A tuple with a NULL cannot
+    /// be given: it never makes `IN` true, and the router takes any `NOT IN` miss as a possible
+    /// match. Unknown shapes and subqueries are ignored.
+    pub fn view_insert(&mut self, id: ShapeId, subquery: usize, values: &[&str]) {
+        let Some(views) = self.views.get_mut(&id) else {
+            return;
+        };
+        let Some(sub) = views.subs.get_mut(subquery) else {
+            return;
+        };
+        let key = normalized(&sub.types, values);
+        if !sub.set.insert(key.clone()) {
+            return;
+        }
+        for (attachment, a) in views.attachments.iter().enumerate() {
+            if a.subquery == subquery {
+                let entry = ViewEntry {
+                    shape: id,
+                    attachment,
+                };
+                self.root.view_insert(&a.path, &a.cols, key.clone(), entry);
+            }
+        }
+    }
+
+    /// The value set of shape `id` for subquery `subquery` lost the tuple `values`.
+    pub fn view_remove(&mut self, id: ShapeId, subquery: usize, values: &[&str]) {
+        let Some(views) = self.views.get_mut(&id) else {
+            return;
+        };
+        let Some(sub) = views.subs.get_mut(subquery) else {
+            return;
+        };
+        let key = normalized(&sub.types, values);
+        if !sub.set.remove(&key) {
+            return;
+        }
+        for (attachment, a) in views.attachments.iter().enumerate() {
+            if a.subquery == subquery {
+                let entry = ViewEntry {
+                    shape: id,
+                    attachment,
+                };
+                self.root.view_remove(&a.path, &a.cols, &key, entry);
+            }
         }
     }
 
@@ -111,9 +196,10 @@ impl Router {
     /// shapes.
     pub fn affected(&self, change: &Change) -> Vec<ShapeId> {
         let mut out = FxHashSet::default();
+        let cx = Collect { views: &self.views };
         for values in change.rows() {
             let row = Row::new(&self.types, values);
-            self.root.collect(&row, &mut out);
+            self.root.collect(&row, &mut out, &cx);
         }
         sorted(out)
     }
@@ -122,12 +208,13 @@ impl Router {
     /// baseline the index is tested and measured against.
     pub fn affected_by_scan(&self, change: &Change) -> Vec<ShapeId> {
         let mut out = FxHashSet::default();
+        let cx = Collect { views: &self.views };
         for values in change.rows() {
             let row = Row::new(&self.types, values);
             for (id, expr) in &self.shapes {
                 let hit = match expr {
                     None => true,
-                    Some(e) => !matches!(eval_bool_for_routing(e, &row), Ok(Some(false) | None)),
+                    Some(e) => cx.may_hold(*id, e, &row),
                 };
                 if hit {
                     out.insert(*id);
@@ -136,6 +223,15 @@ impl Router {
         }
         sorted(out)
     }
+}
+
+/// The normal texts of a tuple given as Postgres text.
+fn normalized(types: &[Option<crate::types::Type>], values: &[&str]) -> Vec<String> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| normal_text(types.get(i).and_then(Option::as_ref), v))
+        .collect()
 }
 
 fn sorted(set: FxHashSet<ShapeId>) -> Vec<ShapeId> {

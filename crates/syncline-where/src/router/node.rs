@@ -1,12 +1,13 @@
 //! One level of the shape index: shapes already matched, per-column indexes leading to deeper
-//! levels, and shapes evaluated one by one.
+//! levels, shapes whose value sets hold the row's values, and shapes evaluated one by one.
 
 use super::hash::{FxHashMap, FxHashSet};
 use super::key::Key;
 use super::plan::{branches, Access};
 use super::range::RangeIndex;
+use super::views::{Attachment, ShapeViews, ViewEntry};
 use super::ShapeId;
-use crate::eval::{eval_bool_for_routing, Row};
+use crate::eval::{eval_bool_for_routing, Cx, Row};
 use crate::expr::Expr;
 use crate::value::Datum;
 
@@ -34,6 +35,9 @@ struct Indexes {
     contains: FxHashMap<usize, FxHashMap<Key, FxHashMap<Vec<Key>, Node>>>,
     ranges: FxHashMap<usize, RangeIndex<Node>>,
     prefixes: FxHashMap<usize, PrefixIndex>,
+    /// Left-side columns → normal texts of a tuple → the shape occurrences whose value set
+    /// holds that tuple.
+    views: FxHashMap<Vec<usize>, FxHashMap<Vec<String>, Vec<ViewEntry>>>,
 }
 
 impl Indexes {
@@ -42,6 +46,7 @@ impl Indexes {
             && self.contains.is_empty()
             && self.ranges.is_empty()
             && self.prefixes.is_empty()
+            && self.views.is_empty()
     }
 }
 
@@ -53,9 +58,35 @@ fn conjunction(mut conjuncts: Vec<Expr>) -> Option<Expr> {
     }
 }
 
+/// What collecting reads besides the row: each shape's value sets.
+pub(crate) struct Collect<'a> {
+    pub(crate) views: &'a FxHashMap<ShapeId, ShapeViews>,
+}
+
+impl Collect<'_> {
+    /// Whether `expr` may be true for `shape` on `row` (only a certain false or NULL excludes
+    /// it).
+    pub(crate) fn may_hold(&self, shape: ShapeId, expr: &Expr, row: &Row) -> bool {
+        let views = self.views.get(&shape);
+        let cx = Cx {
+            row,
+            views: views.map(|v| v as _),
+        };
+        eval_bool_for_routing(expr, &cx).may_be_true()
+    }
+}
+
 impl Node {
-    /// Adds a shape that matches when all `conjuncts` are true.
-    pub(crate) fn insert(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
+    /// Adds a shape that matches when all `conjuncts` are true. A subquery access is not
+    /// indexed here but returned in `attachments` with the path of accesses leading to it:
+    /// its entries are added as the shape's value set gains values.
+    pub(crate) fn insert(
+        &mut self,
+        shape: ShapeId,
+        conjuncts: Vec<Expr>,
+        path: &mut Vec<Access>,
+        attachments: &mut Vec<Attachment>,
+    ) {
         let Some(expr) = conjunction(conjuncts) else {
             self.matched.insert(shape);
             return;
@@ -65,7 +96,18 @@ impl Node {
                 None => self
                     .others
                     .extend(conjunction(branch.rest).map(|e| (shape, e))),
-                Some(access) => self.child(access).insert(shape, branch.rest),
+                Some(Access::View { subquery, cols }) => attachments.push(Attachment {
+                    subquery,
+                    path: path.clone(),
+                    cols,
+                    rest: conjunction(branch.rest),
+                }),
+                Some(access) => {
+                    path.push(access.clone());
+                    self.child(access)
+                        .insert(shape, branch.rest, path, attachments);
+                    path.pop();
+                }
             }
         }
     }
@@ -95,10 +137,70 @@ impl Node {
                 index.longest_bytes = index.longest_bytes.max(prefix.len());
                 index.by_prefix.entry(prefix).or_default()
             }
+            Access::View { .. } => unreachable!("a subquery access has no child level"),
         }
     }
 
-    /// Removes a shape added with the same `conjuncts`; prunes levels left empty.
+    /// Applies `f` to the existing child below `access`, then prunes it (and the index maps
+    /// holding it) if it is left empty.
+    fn with_child(&mut self, access: &Access, f: impl FnOnce(&mut Node)) {
+        let Some(ix) = self.indexes.as_deref_mut() else {
+            return;
+        };
+        match access {
+            Access::Eq(col, key) => {
+                let Some(map) = ix.eq.get_mut(col) else {
+                    return;
+                };
+                prune(map, key, f);
+                if map.is_empty() {
+                    ix.eq.remove(col);
+                }
+            }
+            Access::Contains(col, keys) => {
+                let Some(by_first) = ix.contains.get_mut(col) else {
+                    return;
+                };
+                if let Some(sets) = by_first.get_mut(&keys[0]) {
+                    prune(sets, keys, f);
+                    if sets.is_empty() {
+                        by_first.remove(&keys[0]);
+                    }
+                }
+                if by_first.is_empty() {
+                    ix.contains.remove(col);
+                }
+            }
+            Access::Range(col, lo, hi) => {
+                let Some(index) = ix.ranges.get_mut(col) else {
+                    return;
+                };
+                if let Some(node) = index.get_mut(lo, hi) {
+                    f(node);
+                    if node.is_empty() {
+                        index.remove(lo, hi);
+                    }
+                }
+                if index.is_empty() {
+                    ix.ranges.remove(col);
+                }
+            }
+            Access::Prefix(col, prefix) => {
+                let Some(index) = ix.prefixes.get_mut(col) else {
+                    return;
+                };
+                prune(&mut index.by_prefix, prefix, f);
+                index.longest_bytes = index.by_prefix.keys().map(String::len).max().unwrap_or(0);
+                if index.by_prefix.is_empty() {
+                    ix.prefixes.remove(col);
+                }
+            }
+            Access::View { .. } => {}
+        }
+    }
+
+    /// Removes a shape added with the same `conjuncts`; prunes levels left empty. Its subquery
+    /// entries must have been removed first ([`Node::view_remove`]).
     pub(crate) fn remove(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
         let Some(expr) = conjunction(conjuncts) else {
             self.matched.remove(&shape);
@@ -107,61 +209,66 @@ impl Node {
         for branch in branches(&expr) {
             match branch.access {
                 None => self.others.retain(|(id, _)| *id != shape),
-                Some(access) => self.remove_below(access, shape, branch.rest),
+                Some(Access::View { .. }) => {}
+                Some(access) => {
+                    let rest = branch.rest;
+                    self.with_child(&access, |node| node.remove(shape, rest));
+                }
             }
         }
     }
 
-    fn remove_below(&mut self, access: Access, shape: ShapeId, rest: Vec<Expr>) {
-        let Some(ix) = self.indexes.as_deref_mut() else {
-            return;
-        };
-        match access {
-            Access::Eq(col, key) => {
-                let Some(map) = ix.eq.get_mut(&col) else {
+    /// Indexes `entry` under the tuple `key` of columns `cols`, at the end of `path`.
+    pub(crate) fn view_insert(
+        &mut self,
+        path: &[Access],
+        cols: &[usize],
+        key: Vec<String>,
+        entry: ViewEntry,
+    ) {
+        match path.split_first() {
+            Some((first, rest)) => self
+                .child(first.clone())
+                .view_insert(rest, cols, key, entry),
+            None => self
+                .indexes
+                .get_or_insert_with(Box::default)
+                .views
+                .entry(cols.to_vec())
+                .or_default()
+                .entry(key)
+                .or_default()
+                .push(entry),
+        }
+    }
+
+    /// Removes what [`Node::view_insert`] added; prunes levels left empty.
+    pub(crate) fn view_remove(
+        &mut self,
+        path: &[Access],
+        cols: &[usize],
+        key: &[String],
+        entry: ViewEntry,
+    ) {
+        match path.split_first() {
+            Some((first, rest)) => {
+                self.with_child(first, |node| node.view_remove(rest, cols, key, entry))
+            }
+            None => {
+                let Some(ix) = self.indexes.as_deref_mut() else {
                     return;
                 };
-                prune(map, &key, shape, rest);
+                let Some(map) = ix.views.get_mut(cols) else {
+                    return;
+                };
+                if let Some(entries) = map.get_mut(key) {
+                    entries.retain(|e| *e != entry);
+                    if entries.is_empty() {
+                        map.remove(key);
+                    }
+                }
                 if map.is_empty() {
-                    ix.eq.remove(&col);
-                }
-            }
-            Access::Contains(col, keys) => {
-                let Some(by_first) = ix.contains.get_mut(&col) else {
-                    return;
-                };
-                if let Some(sets) = by_first.get_mut(&keys[0]) {
-                    prune(sets, &keys, shape, rest);
-                    if sets.is_empty() {
-                        by_first.remove(&keys[0]);
-                    }
-                }
-                if by_first.is_empty() {
-                    ix.contains.remove(&col);
-                }
-            }
-            Access::Range(col, lo, hi) => {
-                let Some(index) = ix.ranges.get_mut(&col) else {
-                    return;
-                };
-                if let Some(node) = index.get_mut(&lo, &hi) {
-                    node.remove(shape, rest);
-                    if node.is_empty() {
-                        index.remove(&lo, &hi);
-                    }
-                }
-                if index.is_empty() {
-                    ix.ranges.remove(&col);
-                }
-            }
-            Access::Prefix(col, prefix) => {
-                let Some(index) = ix.prefixes.get_mut(&col) else {
-                    return;
-                };
-                prune(&mut index.by_prefix, &prefix, shape, rest);
-                index.longest_bytes = index.by_prefix.keys().map(String::len).max().unwrap_or(0);
-                if index.by_prefix.is_empty() {
-                    ix.prefixes.remove(&col);
+                    ix.views.remove(cols);
                 }
             }
         }
@@ -182,13 +289,13 @@ impl Node {
     /// access on it count as holding (over-inclusion is safe, omission is not); the shapes below
     /// are still matched by their other conditions, so a false one excludes the row, as when
     /// the whole clause is evaluated.
-    pub(crate) fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
+    pub(crate) fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>, cx: &Collect) {
         out.extend(self.matched.iter().copied());
         if let Some(ix) = &self.indexes {
-            ix.collect(row, out);
+            ix.collect(row, out, cx);
         }
         for (shape, expr) in &self.others {
-            if !matches!(eval_bool_for_routing(expr, row), Ok(Some(false) | None)) {
+            if cx.may_hold(*shape, expr, row) {
                 out.insert(*shape);
             }
         }
@@ -196,16 +303,16 @@ impl Node {
 }
 
 impl Indexes {
-    fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>) {
+    fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>, cx: &Collect) {
         for (col, map) in &self.eq {
             match row.get(*col) {
                 Ok(Some(v)) => {
                     if let Some(node) = Key::of(&v).and_then(|k| map.get(&k)) {
-                        node.collect(row, out);
+                        node.collect(row, out, cx);
                     }
                 }
                 Ok(None) => {}
-                Err(_) => map.values().for_each(|n| n.collect(row, out)),
+                Err(_) => map.values().for_each(|n| n.collect(row, out, cx)),
             }
         }
         for (col, by_first) in &self.contains {
@@ -216,7 +323,7 @@ impl Indexes {
                     for key in &present {
                         for (required, node) in by_first.get(key).into_iter().flatten() {
                             if required.iter().all(|r| present.contains(r)) {
-                                node.collect(row, out);
+                                node.collect(row, out, cx);
                             }
                         }
                     }
@@ -225,14 +332,14 @@ impl Indexes {
                 Err(_) => by_first
                     .values()
                     .flat_map(|m| m.values())
-                    .for_each(|n| n.collect(row, out)),
+                    .for_each(|n| n.collect(row, out, cx)),
             }
         }
         for (col, index) in &self.ranges {
             match row.get(*col) {
-                Ok(Some(v)) => index.stab(&v, &mut |node: &Node| node.collect(row, out)),
+                Ok(Some(v)) => index.stab(&v, &mut |node: &Node| node.collect(row, out, cx)),
                 Ok(None) => {}
-                Err(_) => index.all().for_each(|n| n.collect(row, out)),
+                Err(_) => index.all().for_each(|n| n.collect(row, out, cx)),
             }
         }
         for (col, index) in &self.prefixes {
@@ -241,26 +348,55 @@ impl Indexes {
                     let limit = index.longest_bytes.min(text.len());
                     for end in (0..=limit).filter(|&i| text.is_char_boundary(i)) {
                         if let Some(node) = index.by_prefix.get(&text[..end]) {
-                            node.collect(row, out);
+                            node.collect(row, out, cx);
                         }
                     }
                 }
                 Ok(_) => {}
-                Err(_) => index.by_prefix.values().for_each(|n| n.collect(row, out)),
+                Err(_) => index
+                    .by_prefix
+                    .values()
+                    .for_each(|n| n.collect(row, out, cx)),
+            }
+        }
+        for (cols, map) in &self.views {
+            // Every column is decoded first: one that does not decode makes the access hold
+            // (as evaluating it fails), even beside a NULL.
+            let key: Result<Vec<Option<String>>, _> =
+                cols.iter().map(|&c| row.normal_text(c)).collect();
+            let entries: Box<dyn Iterator<Item = &ViewEntry>> = match key {
+                Err(_) => Box::new(map.values().flatten()),
+                Ok(key) => match key.into_iter().collect::<Option<Vec<String>>>() {
+                    Some(key) => Box::new(map.get(&key).into_iter().flatten()),
+                    // `IN` with a NULL on its left side is never true.
+                    None => continue,
+                },
+            };
+            for entry in entries {
+                let rest = cx
+                    .views
+                    .get(&entry.shape)
+                    .and_then(|v| v.attachments.get(entry.attachment))
+                    .map(|a| a.rest.as_ref());
+                match rest {
+                    Some(Some(rest)) if !cx.may_hold(entry.shape, rest, row) => {}
+                    _ => {
+                        out.insert(entry.shape);
+                    }
+                }
             }
         }
     }
 }
 
-/// Removes `shape` below `map[key]`, dropping the entry when its node is left empty.
+/// Applies `f` to the node below `map[key]`, dropping the entry when its node is left empty.
 fn prune<K: std::hash::Hash + Eq + Clone>(
     map: &mut FxHashMap<K, Node>,
     key: &K,
-    shape: ShapeId,
-    rest: Vec<Expr>,
+    f: impl FnOnce(&mut Node),
 ) {
     if let Some(node) = map.get_mut(key) {
-        node.remove(shape, rest);
+        f(node);
         if node.is_empty() {
             map.remove(key);
         }

@@ -3,7 +3,8 @@
 //! A clause becomes one or more branches (its OR arms); a shape matches a row when any branch
 //! does. A branch is an access the index can answer exactly (`col = c`, `arr @> c`, a range,
 //! `col LIKE 'p%'`) and the remaining conjuncts, which are planned again one index level down.
-//! A clause with an arm that has no access is evaluated as a whole, per shape.
+//! A clause with an arm that has no access is evaluated as a whole, per shape. A subquery
+//! reached through AND and OR only is an access too, answered by the shape's own value set.
 
 use std::cmp::Ordering;
 
@@ -34,6 +35,14 @@ pub(crate) enum Access {
     Range(usize, Bound, Bound),
     /// `col LIKE 'prefix%'`.
     Prefix(usize, String),
+    /// `cols IN (SELECT ...)`: the left-side values are in the shape's value set of subquery
+    /// `subquery`. Indexed per shape, by the values of its set (see `Router::view_insert`).
+    View {
+        /// Index of the subquery in the shape's clause.
+        subquery: usize,
+        /// The left-side columns.
+        cols: Vec<usize>,
+    },
 }
 
 /// An OR arm: an access, or none when the arm must be evaluated whole; and what else must hold.
@@ -111,9 +120,10 @@ fn conjunction(args: &[Expr]) -> Option<Vec<Branch>> {
     let accesses: Vec<Option<Access>> = flat.iter().map(|e| simple_access(e)).collect();
     let rank = |a: &Access| match a {
         Access::Eq(..) => 0,
-        Access::Contains(..) => 1,
-        Access::Prefix(..) => 2,
-        Access::Range(..) => 3,
+        Access::View { .. } => 1,
+        Access::Contains(..) => 2,
+        Access::Prefix(..) => 3,
+        Access::Range(..) => 4,
     };
     let best = accesses
         .iter()
@@ -238,6 +248,10 @@ fn rangeable(ty: &Type) -> bool {
 /// A single condition the index answers exactly.
 fn simple_access(e: &Expr) -> Option<Access> {
     match e {
+        Expr::Sublink { subquery, left } => Some(Access::View {
+            subquery: *subquery,
+            cols: left.iter().map(column_of).collect::<Option<Vec<_>>>()?,
+        }),
         Expr::Op {
             op: Op::Cmp(cmp),
             args,

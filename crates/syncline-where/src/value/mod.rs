@@ -122,6 +122,32 @@ impl Datum {
         }
     }
 
+    /// A text for this value of type `ty` that is equal for two values exactly when Postgres's
+    /// `=` says they are equal, and valid input for the type: Postgres's text output, except
+    /// that a numeric drops trailing fractional zeros (`1.50` is `1.5`), a float's -0 is `0`, a
+    /// `bpchar` drops its trailing spaces, and an interval is written in its justified form
+    /// (a month is 30 days, a day 24 hours: `30 days` is `1 mon`). Arrays and jsonb keep their
+    /// output text (so `{1.50}` and `{1.5}` differ).
+    pub(crate) fn normal_text(&self, ty: &Type) -> String {
+        match self {
+            Datum::Numeric(n) => match n.as_ref() {
+                Numeric::Finite(v) => {
+                    let plain = v.normalized().to_plain_string();
+                    if plain == "-0" {
+                        "0".into()
+                    } else {
+                        plain
+                    }
+                }
+                other => other.to_text(),
+            },
+            Datum::Float(f) if *f == 0.0 => "0".into(),
+            Datum::Bpchar(s) => bpchar_trim(s).to_string(),
+            Datum::Interval(iv) => justified(iv.span()).unwrap_or(*iv).to_text(),
+            other => other.to_text(ty),
+        }
+    }
+
     /// Total order of two values of the same type, as Postgres's btree opclass orders them.
     pub(crate) fn compare(&self, other: &Datum) -> Ordering {
         match (self, other) {
@@ -144,6 +170,18 @@ impl Datum {
             _ => Ordering::Equal,
         }
     }
+}
+
+/// The interval of `span` microseconds as months of 30 days, days of 24 hours and the rest
+/// (each part with the span's sign); `None` when the months do not fit.
+fn justified(span: i128) -> Option<Interval> {
+    let day = i128::from(datetime::USECS_PER_DAY);
+    let month = 30 * day;
+    Some(Interval {
+        months: i32::try_from(span / month).ok()?,
+        days: i32::try_from(span % month / day).ok()?,
+        micros: i64::try_from(span % day).ok()?,
+    })
 }
 
 /// A `bpchar` value without its trailing spaces: what its comparisons see and what a cast to

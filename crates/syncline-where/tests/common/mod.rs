@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod family;
+
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
