@@ -170,6 +170,83 @@ pub fn write_snapshot_mark(out: &mut Vec<u8>, mark: u32) {
     out.extend_from_slice(itoa::Buffer::new().format(mark).as_bytes());
 }
 
+/// `,"tags":[…]` and, when given, `,"removed_tags":[…]` — which subquery conditions a row of a
+/// subquery shape answers to (one `/`-joined slot string per disjunct of the where clause).
+pub fn write_tags(out: &mut Vec<u8>, tags: &[String], removed: Option<&[String]>) {
+    write_string_array_field(out, b",\"tags\":", tags);
+    if let Some(removed) = removed {
+        write_string_array_field(out, b",\"removed_tags\":", removed);
+    }
+}
+
+/// `,"active_conditions":[true,false,…]` — each position's truth for the row as written.
+pub fn write_active_conditions(out: &mut Vec<u8>, conditions: &[bool]) {
+    out.extend_from_slice(b",\"active_conditions\":[");
+    for (i, c) in conditions.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(if *c { b"true" } else { b"false" });
+    }
+    out.push(b']');
+}
+
+/// `,"is_move_in":true` — the header of a row a move-in brought.
+pub const IS_MOVE_IN_FIELD: &[u8] = b",\"is_move_in\":true";
+
+fn write_string_array_field(out: &mut Vec<u8>, field: &[u8], items: &[String]) {
+    out.extend_from_slice(field);
+    out.push(b'[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_string(out, item.as_bytes());
+    }
+    out.push(b']');
+}
+
+/// Whether a move brings rows into a subquery shape or takes them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveKind {
+    /// `move-in`: rows whose slot matches a pattern now satisfy that position.
+    In,
+    /// `move-out`: rows whose slot matches a pattern no longer satisfy that position.
+    Out,
+}
+
+/// A `move-in` or `move-out` control message:
+/// `{"headers":{"event":"move-out","patterns":[{"pos":0,"value":"…"}],"txids":[7712]}}`.
+/// `patterns` are (position, slot hash) pairs; `txids` ascending.
+pub fn move_event(kind: MoveKind, patterns: &[(usize, String)], txids: &[u32]) -> Vec<u8> {
+    let mut digits = itoa::Buffer::new();
+    let mut out = br#"{"headers":{"event":""#.to_vec();
+    out.extend_from_slice(match kind {
+        MoveKind::In => b"move-in",
+        MoveKind::Out => b"move-out",
+    });
+    out.extend_from_slice(b"\",\"patterns\":[");
+    for (i, (pos, value)) in patterns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"pos\":");
+        out.extend_from_slice(digits.format(*pos).as_bytes());
+        out.extend_from_slice(b",\"value\":");
+        write_json_string(&mut out, value.as_bytes());
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"txids\":[");
+    for (i, xid) in txids.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(digits.format(*xid).as_bytes());
+    }
+    out.extend_from_slice(b"]}}");
+    out
+}
+
 /// Closes the headers and the message; `last` marks the shape's last message of its
 /// transaction (`,"last":true`).
 pub fn close_headers(out: &mut Vec<u8>, last: bool) {
@@ -331,6 +408,30 @@ mod tests {
         let mut out = Vec::new();
         write_json_string(&mut out, value);
         text(out)
+    }
+
+    #[test]
+    fn move_events_and_subquery_headers_are_electrics_bytes() {
+        assert_eq!(
+            text(move_event(MoveKind::Out, &[(0, "9e1c".into())], &[7712])),
+            r#"{"headers":{"event":"move-out","patterns":[{"pos":0,"value":"9e1c"}],"txids":[7712]}}"#
+        );
+        assert_eq!(
+            text(move_event(
+                MoveKind::In,
+                &[(1, "a".into()), (2, "b".into())],
+                &[]
+            )),
+            r#"{"headers":{"event":"move-in","patterns":[{"pos":1,"value":"a"},{"pos":2,"value":"b"}],"txids":[]}}"#
+        );
+        let mut out = Vec::new();
+        write_tags(&mut out, &["h/".into(), "/1".into()], Some(&[]));
+        write_active_conditions(&mut out, &[true, false]);
+        out.extend_from_slice(IS_MOVE_IN_FIELD);
+        assert_eq!(
+            text(out),
+            r#","tags":["h/","/1"],"removed_tags":[],"active_conditions":[true,false],"is_move_in":true"#
+        );
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct RowEncoder {
     relation_json: Vec<u8>,
     /// `},"headers":{…}}` closing every line.
     line_suffix: Vec<u8>,
+    /// Whether each row ends with one more column, a fragment of headers (see
+    /// [`SnapshotQuery::headers_sql`]) spliced in before the headers close.
+    extra_headers: bool,
     scratch: Vec<u8>,
     key: Vec<u8>,
 }
@@ -60,6 +63,7 @@ impl RowEncoder {
             key_columns,
             key_prefix: wire::key_prefix(schema, table),
             line_suffix: line_suffix(&relation_json, None),
+            extra_headers: false,
             relation_json,
             scratch: Vec::new(),
             key: Vec::new(),
@@ -74,12 +78,14 @@ impl RowEncoder {
 
     /// An encoder for the rows of `query`.
     pub fn for_query(query: &SnapshotQuery) -> Self {
-        Self::new(
+        let mut encoder = Self::new(
             &query.schema,
             &query.table,
             &query.columns,
             query.key_columns.clone(),
-        )
+        );
+        encoder.extra_headers = query.headers_sql.is_some();
+        encoder
     }
 
     /// Appends the message line for `row` to `line` (no newline) and returns the row's key.
@@ -113,7 +119,17 @@ impl RowEncoder {
                 line.push(b'"');
             }
         }
-        line.extend_from_slice(&self.line_suffix);
+        if self.extra_headers {
+            // The suffix ends with the headers' `}}`: the fragment goes before them.
+            let close = self.line_suffix.len() - 2;
+            line.extend_from_slice(&self.line_suffix[..close]);
+            if let Some(raw) = row.get(self.columns.len()) {
+                line.extend_from_slice(raw);
+            }
+            line.extend_from_slice(&self.line_suffix[close..]);
+        } else {
+            line.extend_from_slice(&self.line_suffix);
+        }
         Ok(&self.key)
     }
 }

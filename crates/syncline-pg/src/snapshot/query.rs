@@ -42,6 +42,10 @@ pub struct SnapshotQuery {
     pub limit: Option<u64>,
     /// `OFFSET`, if any.
     pub offset: Option<u64>,
+    /// A text expression (rendered by the server from checked expressions, never user text)
+    /// selected after the columns: a fragment of JSON object members added to each row's
+    /// headers (a subquery shape's `tags` and `active_conditions`).
+    pub headers_sql: Option<String>,
 }
 
 impl SnapshotQuery {
@@ -102,6 +106,7 @@ impl SnapshotQuery {
             order_by_sql: None,
             limit: None,
             offset: None,
+            headers_sql: None,
         })
     }
 
@@ -128,6 +133,13 @@ impl SnapshotQuery {
         self
     }
 
+    /// The same query with `headers_sql` selected after the columns: each row's headers get its
+    /// value (JSON object members, each starting with `,`).
+    pub fn with_headers(mut self, headers_sql: Option<String>) -> Self {
+        self.headers_sql = headers_sql;
+        self
+    }
+
     /// `SELECT …` for the rows (the body of the COPY).
     pub fn select_sql(&self) -> String {
         let list: Vec<String> = self
@@ -141,6 +153,10 @@ impl SnapshotQuery {
                 }
             })
             .collect();
+        let mut list = list;
+        if let Some(headers) = &self.headers_sql {
+            list.push(format!("({headers})::text"));
+        }
         let mut sql = format!(
             "SELECT {} FROM {}",
             list.join(", "),

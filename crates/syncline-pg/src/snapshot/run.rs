@@ -46,6 +46,17 @@ impl<'c> Snapshot<'c> {
         conn: &'c mut WireConnection,
         query: &SnapshotQuery,
     ) -> PgResult<Snapshot<'c>> {
+        Ok(Self::begin_after(conn, query, &[]).await?.0)
+    }
+
+    /// [`Snapshot::begin`], running each of `first` (SQL rendered by the server, never user
+    /// text) in the same transaction before the COPY, so their rows and the snapshot's are of
+    /// one instant; returns their rows as text.
+    pub async fn begin_after(
+        conn: &'c mut WireConnection,
+        query: &SnapshotQuery,
+        first: &[String],
+    ) -> PgResult<(Snapshot<'c>, Vec<Vec<crate::wire::TextRow>>)> {
         let table = syncline_core::sql::quote_literal(&syncline_core::sql::qualified(
             &query.schema,
             &query.table,
@@ -76,10 +87,14 @@ impl<'c> Snapshot<'c> {
             .first()
             .and_then(|r| r.get(2).cloned().flatten())
             .and_then(|t| t.parse::<u64>().ok());
+        let mut before = Vec::with_capacity(first.len());
+        for sql in first {
+            before.push(conn.simple_query(sql).await?);
+        }
         conn.start_copy_out(&query.copy_sql()).await?;
         tracing::debug!(table = %query.table, snapshot = %info.pg_snapshot, lsn = %info.wal_lsn, "snapshot started");
         let started = Instant::now();
-        Ok(Snapshot {
+        let snapshot = Snapshot {
             conn,
             info,
             parser: CopyParser::new(),
@@ -89,7 +104,8 @@ impl<'c> Snapshot<'c> {
             estimated_rows,
             started,
             next_progress: started + PROGRESS_INTERVAL,
-        })
+        };
+        Ok((snapshot, before))
     }
 
     /// The snapshot's position.
