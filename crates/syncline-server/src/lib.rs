@@ -26,3 +26,4 @@ pub mod shapes;
 pub mod snapshot;
 pub mod startup;
 pub mod state;
+pub mod subquery;

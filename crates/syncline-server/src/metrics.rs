@@ -66,6 +66,9 @@ pub struct Metrics {
     pub changes: Counter,
     /// Messages appended to shape logs from replication.
     pub shape_messages: Counter,
+    /// Move-in queries started for subquery shapes (Electric's
+    /// `electric.subqueries.move_in_triggered.count`).
+    pub move_ins: Counter,
     /// Commit LSN of the last transaction processed.
     pub processed_lsn: Gauge,
     /// LSN acknowledged to Postgres as durable.
@@ -103,6 +106,7 @@ impl Default for Metrics {
             transactions: Counter::default(),
             changes: Counter::default(),
             shape_messages: Counter::default(),
+            move_ins: Counter::default(),
             processed_lsn: Gauge::default(),
             flushed_lsn: Gauge::default(),
             unacknowledged_wal_bytes: Gauge::default(),
@@ -167,6 +171,11 @@ impl Metrics {
             "shape_log_messages",
             "Messages appended to shape logs from replication",
             self.shape_messages.clone(),
+        );
+        r.register(
+            "subquery_move_ins",
+            "Move-in queries started for subquery shapes",
+            self.move_ins.clone(),
         );
         r.register(
             "replication_processed_lsn",

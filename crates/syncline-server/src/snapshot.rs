@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use crate::metrics::{Metrics, SnapshotLabels};
 use crate::postgres::Postgres;
 use crate::shapes::{Blame, Failure, LogMode, Shape, Shapes, StepError};
+use crate::subquery;
 
 /// JSON bytes buffered before they are appended to the log.
 const APPEND_BATCH_BYTES: usize = 1 << 20;
@@ -152,11 +153,32 @@ impl Snapshotter {
             LogMode::ChangesOnly => Some("false".to_owned()),
             LogMode::Full => definition.where_sql.clone(),
         };
-        let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?;
-        let mut snapshot = Snapshot::begin(&mut conn, &query).await?;
+        // A subquery shape's rows carry their tags, and its subqueries' rows are read in the
+        // same snapshot: the value sets its log starts from.
+        let filter = match definition.checked_where(&shape.relation) {
+            Some(Ok(filter)) if filter.has_subqueries() => Some(filter),
+            Some(Err(e)) => {
+                return Err(SnapshotError::Io(std::io::Error::other(format!(
+                    "the where clause no longer checks: {e}"
+                ))))
+            }
+            _ => None,
+        };
+        let subquery_sql: Vec<String> = filter
+            .iter()
+            .flat_map(|f| f.subqueries().iter().map(|s| s.sql.clone()))
+            .collect();
+        let headers = filter
+            .as_ref()
+            .map(|f| subquery::headers_sql(f, &subquery::tag_prefix(&shape.handle), false));
+        let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?
+            .with_headers(headers);
+        let (mut snapshot, views) = Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?;
         let progress = ProgressGauges::new(&self.metrics, shape, snapshot.estimated_rows());
         let visibility = snapshot.info().pg_snapshot.clone();
-        self.shapes.snapshot_started(shape, &visibility).await?;
+        self.shapes
+            .snapshot_started(shape, &visibility, views)
+            .await?;
 
         // Rows are encoded here while a blocking thread appends the previous batches to the log.
         let (to_log, batches) = mpsc::channel(BATCHES_QUEUED_MAX);

@@ -17,7 +17,7 @@ use rand::Rng;
 use syncline_core::wire::{self, header, JSON_CONTENT_TYPE};
 use syncline_core::{LogOffset, RelationDesc};
 use syncline_storage::ReadResult;
-use syncline_where::Where;
+use syncline_where::{TableRef, Where};
 use tokio::time::Instant;
 
 use super::auth::authorized;
@@ -370,12 +370,41 @@ async fn definition(
         }
         (None, None) => relation.columns.iter().map(|c| c.name.clone()).collect(),
     };
-    let where_sql = match &params.where_clause {
-        None => None,
-        Some(text) => match Where::new(text, &relation, &params.where_params) {
-            Ok(w) => Some(w.sql().to_owned()),
-            Err(e) => return Err(invalid(method, &ParamErrors::single("where", e.message))),
-        },
+    let (where_sql, subquery_tables) = match &params.where_clause {
+        None => (None, Vec::new()),
+        Some(text) => {
+            let tables = subquery_tables(state, method, text).await?;
+            let lookup = |table: &TableRef| {
+                tables
+                    .iter()
+                    .find(|r| r.schema == table.schema && r.name == table.name)
+                    .cloned()
+            };
+            match Where::with_tables(text, &relation, &params.where_params, &lookup) {
+                Ok(w) if w.has_subqueries() && params.compaction => {
+                    let message = "can't be enabled for shapes with subqueries".to_owned();
+                    return Err(invalid(
+                        method,
+                        &ParamErrors::single("experimental_compaction", message),
+                    ));
+                }
+                Ok(w)
+                    if w.subqueries()
+                        .iter()
+                        .any(|s| s.filter.as_ref().is_some_and(Where::has_subqueries)) =>
+                {
+                    let message = "subqueries inside subqueries are not supported yet".to_owned();
+                    return Err(invalid(method, &ParamErrors::single("where", message)));
+                }
+                Ok(w) => (Some(w.sql().to_owned()), tables),
+                Err(e) => {
+                    return Err(invalid(
+                        method,
+                        &ParamErrors::single(e.key().as_str(), e.message),
+                    ))
+                }
+            }
+        }
     };
     let definition = ShapeDefinition {
         relation_oid: relation.oid,
@@ -390,8 +419,37 @@ async fn definition(
         replica: params.replica,
         compaction: params.compaction,
         log: params.log,
+        subquery_tables,
     };
     Ok((definition, relation))
+}
+
+/// The tables the where clause's subqueries read, from the catalog: a 400 under `table` for one
+/// that does not exist (as Electric words it), under the error's own key for a clause that
+/// does not parse.
+async fn subquery_tables(
+    state: &AppState,
+    method: &Method,
+    text: &str,
+) -> Result<Vec<RelationDesc>, Response> {
+    let refs = Where::subquery_tables(text)
+        .map_err(|e| invalid(method, &ParamErrors::single(e.key().as_str(), e.message)))?;
+    let mut tables = Vec::with_capacity(refs.len());
+    for table in refs {
+        match state
+            .postgres
+            .load_relation(&table.schema, &table.name)
+            .await
+        {
+            Ok(Some(relation)) => tables.push(relation),
+            Ok(None) => {
+                let message = param_errors::table_does_not_exist(&table.schema, &table.name);
+                return Err(invalid(method, &ParamErrors::single("table", message)));
+            }
+            Err(e) => return Err(postgres_failed(method, &e, "table", false)),
+        }
+    }
+    Ok(tables)
 }
 
 /// One request being answered from a shape: from its log, live or not (here), over SSE

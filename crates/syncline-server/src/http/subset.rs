@@ -117,6 +117,12 @@ impl Serve<'_> {
         };
         let subset_where = match &subset.where_clause {
             None => None,
+            Some(text) if Where::subquery_tables(text).is_ok_and(|t| !t.is_empty()) => {
+                return Err(rejected(
+                    "where",
+                    "Subqueries are not allowed in subsets".to_owned(),
+                ));
+            }
             Some(text) => Some(
                 Where::new(text, &queryable, &subset.params)
                     .map_err(|e| rejected("where", e.message))?,
@@ -137,6 +143,15 @@ impl Serve<'_> {
             subset_where.map(|w| w.sql().to_owned()),
         )
         .map(|q| q.within(self.shape.definition.where_sql.clone()))
+        .map(|q| {
+            // A subquery shape's rows carry their tags here too.
+            let filter = match self.shape.definition.checked_where(&self.shape.relation) {
+                Some(Ok(filter)) if filter.has_subqueries() => Some(filter),
+                _ => None,
+            };
+            let prefix = crate::subquery::tag_prefix(&self.shape.handle);
+            q.with_headers(filter.map(|f| crate::subquery::headers_sql(&f, &prefix, false)))
+        })
         .map_err(|e| {
             tracing::warn!(handle = %self.shape.handle, error = %e, "subset query");
             Box::new(super::reply::internal_error())

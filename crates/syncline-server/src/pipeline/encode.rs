@@ -293,6 +293,7 @@ mod tests {
             explicit_columns: false,
             queryable: None,
             where_text: None,
+            subquery_tables: Vec::new(),
             params: Vec::new(),
             where_sql: None,
             replica,

@@ -4,6 +4,8 @@
 
 pub mod encode;
 mod feed;
+mod moves;
+mod subquery;
 mod table;
 
 use std::collections::{HashMap, HashSet};
@@ -15,14 +17,15 @@ use syncline_core::{pg_time, Lsn, PgSnapshot, RelationDesc, Tuple};
 use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream, StreamEvent};
 use syncline_pg::PgResult;
 use syncline_storage::{Message, StorageError};
-use syncline_where::{Change, Row, ShapeId};
+use syncline_where::{Change, ShapeId};
 use tokio::sync::{mpsc, watch};
 
 use crate::metrics::{lsn_gauge, Metrics};
 use crate::progress::Progress;
 use crate::shapes::{Command, Shape, Shapes};
-use encode::{ChangeContext, PendingMessage, ShapeChange};
+use encode::{ChangeContext, PendingMessage};
 use feed::{Feed, ShapeLog};
+use subquery::DepKey;
 use table::{slot_for, Slot, Table};
 
 /// Longest time commits wait for a batched flush while more data keeps arriving.
@@ -37,6 +40,8 @@ struct Txn {
     lsn: u64,
     changes: u64,
     touched: HashSet<(u32, ShapeId)>,
+    /// Subqueries whose tables it changed.
+    deps: HashSet<DepKey>,
 }
 
 /// The pipeline task's state.
@@ -61,6 +66,14 @@ pub struct Pipeline {
     holds: HashMap<(u32, ShapeId), Lsn>,
     /// Why a shape log could not be written for want of space: the pipeline stops.
     stalled: Option<String>,
+    /// Each subquery in use, by its SQL.
+    dep_by_sql: HashMap<String, DepKey>,
+    /// Subquery shapes whose move-in rows wait for their splice point.
+    splicing: HashSet<(u32, ShapeId)>,
+    /// Subquery shapes holding changes of the open transaction.
+    queueing: HashSet<(u32, ShapeId)>,
+    /// Restored subquery shapes wait for their subqueries to be read.
+    seeding_wanted: bool,
 }
 
 /// Why the pipeline stopped.
@@ -113,6 +126,10 @@ impl Pipeline {
             first_unflushed: None,
             holds: HashMap::new(),
             stalled: None,
+            dep_by_sql: HashMap::new(),
+            splicing: HashSet::new(),
+            queueing: HashSet::new(),
+            seeding_wanted: false,
         }
     }
 
@@ -154,16 +171,27 @@ impl Pipeline {
     }
 
     async fn run_until_stopped(&mut self) -> PgResult<()> {
+        self.seed_restored();
         let mut tick = tokio::time::interval(IDLE_TICK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
                 command = self.commands.recv() => match command {
-                    Some(command) => self.command(command),
+                    Some(command) => {
+                        self.command(command);
+                        // A move spliced in by a command is made durable as a commit is.
+                        if self.txn.is_none() {
+                            self.flush();
+                        }
+                    }
                     None => return Ok(()),
                 },
                 _ = tick.tick() => {
+                    self.splice_ready();
+                    if self.txn.is_none() {
+                        self.flush();
+                    }
                     if self.idle_tick() {
                         if let Err(e) = self.stream.send_status(true).await {
                             tracing::debug!(error = %e, "status update failed; the stream reconnects");
@@ -172,6 +200,7 @@ impl Pipeline {
                 }
                 event = self.stream.next() => {
                     self.event(event?);
+                    self.splice_ready();
                     self.drain_ready()?;
                 }
             }
@@ -232,23 +261,38 @@ impl Pipeline {
     fn command(&mut self, command: Command) {
         match command {
             Command::AddShape { shape, reply } => {
-                self.add_shape(shape, Feed::snapshotting());
+                self.add_shape(shape, Feed::snapshotting(), false);
                 let _ = reply.send(());
             }
-            Command::SnapshotStarted { handle, visibility } => {
+            Command::SnapshotStarted {
+                handle,
+                visibility,
+                views,
+            } => {
                 if let Some(slot) = self.slot_mut(&handle) {
-                    slot.feed.snapshot_started(visibility);
+                    slot.feed.snapshot_started(visibility.clone());
+                }
+                if let Some(&key) = self.by_handle.get(&handle) {
+                    if !views.is_empty() {
+                        self.subquery_snapshot_started(key, &visibility, views);
+                    }
                 }
             }
             Command::SnapshotDone { handle } => self.go_live(&handle),
+            Command::MoveInDone { handle, id, result } => self.move_in_done(&handle, id, result),
+            Command::DependenciesSeeded { visibility, rows } => {
+                self.dependencies_seeded(visibility, rows)
+            }
             Command::RemoveShape { handle, reply } => {
                 if let Some((oid, id)) = self.by_handle.remove(&handle) {
-                    if let Some(table) = self.tables.get_mut(&oid) {
-                        table.remove(id);
-                        if table.slots.is_empty() {
-                            self.tables.remove(&oid);
-                        }
+                    let removed = self.tables.get_mut(&oid).and_then(|t| t.remove(id));
+                    if let Some(sq) = removed.and_then(|slot| slot.subquery) {
+                        self.detach_subquery((oid, id), &sq);
                     }
+                    if self.tables.get(&oid).is_some_and(Table::is_unused) {
+                        self.tables.remove(&oid);
+                    }
+                    self.queueing.remove(&(oid, id));
                     self.dirty.remove(&(oid, id));
                     self.holds.remove(&(oid, id));
                     if let Some(txn) = self.txn.as_mut() {
@@ -267,10 +311,10 @@ impl Pipeline {
 
     /// Adds a shape restored from disk (its snapshot is in its log), before [`Pipeline::run`].
     pub fn add_restored(&mut self, shape: Arc<Shape>, visibility: Option<PgSnapshot>) {
-        self.add_shape(shape, Feed::restored(visibility));
+        self.add_shape(shape, Feed::restored(visibility), true);
     }
 
-    fn add_shape(&mut self, shape: Arc<Shape>, feed: Feed) {
+    fn add_shape(&mut self, shape: Arc<Shape>, feed: Feed, restored: bool) {
         let oid = shape.definition.relation_oid;
         let relation = shape.relation.clone();
         if self
@@ -298,6 +342,7 @@ impl Pipeline {
         self.next_id += 1;
         table.add(id, slot);
         self.by_handle.insert(handle, (oid, id));
+        self.attach_subquery((oid, id), restored);
     }
 
     /// Re-checks every shape of a table against a newer layout; those that no longer fit are
@@ -310,17 +355,54 @@ impl Pipeline {
         if let Some(message) = self.relations.get(&oid) {
             table.describe(message);
         }
+        for (id, dep) in old.deps {
+            table.dep_router.add(id, dep.filter());
+            table.deps.insert(id, dep);
+        }
+        let mut broken = Vec::new();
         for (id, slot) in old.slots {
-            let Slot { shape, feed, .. } = slot;
+            let Slot {
+                shape,
+                feed,
+                subquery,
+                ..
+            } = slot;
             match slot_for(shape.clone(), &table.relation, feed) {
-                Some(slot) => table.add(id, slot),
+                Some(mut slot) => {
+                    let unrouted = old.unrouted.contains(&id);
+                    if let Some(sq) = &subquery {
+                        for (i, view) in sq.views.iter().enumerate() {
+                            if unrouted || sq.negated[i] {
+                                continue;
+                            }
+                            for t in view.iter() {
+                                let values: Option<Vec<&str>> =
+                                    t.iter().map(Option::as_deref).collect();
+                                if let Some(values) = values {
+                                    table.router.view_insert(id, i, &values);
+                                }
+                            }
+                        }
+                    }
+                    slot.subquery = subquery;
+                    table.add(id, slot);
+                    if unrouted {
+                        table.unrouted.insert(id);
+                    }
+                }
                 None => {
                     self.by_handle.remove(&shape.handle);
+                    if let Some(sq) = subquery {
+                        broken.push(((oid, id), sq));
+                    }
                     self.invalidate(&shape, "the table changed under the shape");
                 }
             }
         }
         self.tables.insert(oid, table);
+        for (key, sq) in broken {
+            self.detach_subquery(key, &sq);
+        }
     }
 
     fn event(&mut self, event: StreamEvent) {
@@ -338,6 +420,7 @@ impl Pipeline {
                     lsn: final_lsn.0,
                     changes: 0,
                     touched: HashSet::new(),
+                    deps: HashSet::new(),
                 });
             }
             PgOutput::Commit {
@@ -381,6 +464,24 @@ impl Pipeline {
                         .unwrap_or_default();
                     for id in ids {
                         self.remove_invalid(oid, id, "the table was truncated");
+                    }
+                    // Shapes whose subqueries read the table cannot tell which rows left.
+                    let dependents: Vec<(u32, ShapeId)> = self
+                        .tables
+                        .get(&oid)
+                        .map(|t| {
+                            t.deps
+                                .values()
+                                .flat_map(|d| d.dependents.iter().copied())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for (shape_oid, id) in dependents {
+                        self.remove_invalid(
+                            shape_oid,
+                            id,
+                            "a table its subquery reads was truncated",
+                        );
                     }
                 }
             }
@@ -441,17 +542,44 @@ impl Pipeline {
             (Some(old), None) => Change::Delete(old),
             (None, None) => return,
         };
-        let candidates = table.router.affected(&change);
+        for dep_id in table.dep_router.affected(&change) {
+            if let Some(dep) = table.deps.get_mut(&dep_id) {
+                dep.apply(
+                    &table.types,
+                    ctx.xid,
+                    ctx.lsn,
+                    old.as_deref(),
+                    new.as_deref(),
+                );
+                txn.deps.insert((oid, dep_id));
+            }
+        }
+        let mut candidates = table.router.affected(&change);
+        if !table.unrouted.is_empty() {
+            candidates.extend(table.unrouted.iter().copied());
+            candidates.sort_unstable();
+            candidates.dedup();
+        }
         if candidates.is_empty() {
             return;
         }
-        let old_row = old.as_deref().map(|v| Row::new(&table.types, v));
-        let new_row = new.as_deref().map(|v| Row::new(&table.types, v));
         let mut failed = Vec::new();
         for id in candidates {
             let Some(slot) = table.slots.get_mut(&id) else {
                 continue;
             };
+            if let Some(sq) = slot.subquery.as_mut() {
+                if sq.queues() {
+                    // Its changes wait, whole transactions, until it can apply them; so does
+                    // the acknowledgement of what they are part of.
+                    if sq.open.is_none() {
+                        self.holds.entry((oid, id)).or_insert(self.last_end);
+                    }
+                    sq.queue_change(ctx.xid, ctx.lsn, ctx.op, old.as_deref(), new.as_deref());
+                    self.queueing.insert((oid, id));
+                    continue;
+                }
+            }
             let mut log = WriterLog(&slot.shape);
             match slot.feed.wants(ctx.xid, ctx.lsn, &mut log) {
                 Ok(true) => {}
@@ -461,27 +589,15 @@ impl Pipeline {
                     continue;
                 }
             }
-            let includes = |row: &Option<Row>| {
-                row.as_ref()
-                    .is_some_and(|r| slot.filter.as_ref().is_none_or(|f| f.includes(r)))
-            };
-            let (was_in, is_in) = (includes(&old_row), includes(&new_row));
-            let shape_change = match (&old, &new, was_in, is_in) {
-                (_, Some(new), false, true) => ShapeChange::Insert(new),
-                (Some(old), _, true, false) => ShapeChange::Delete(old),
-                (Some(old), Some(new), true, true) => {
-                    if !slot.encoder.touches(old, new) {
-                        continue;
-                    }
-                    ShapeChange::Update { old, new }
-                }
-                _ => continue,
-            };
+            let messages = slot.messages(&table.types, old.as_deref(), new.as_deref(), ctx);
+            if messages.is_empty() {
+                continue;
+            }
             txn.touched.insert((oid, id));
             if slot.feed.is_snapshotting() {
                 self.holds.entry((oid, id)).or_insert(self.last_end);
             }
-            for message in slot.encoder.encode(shape_change, ctx) {
+            for message in messages {
                 self.metrics.shape_messages.inc();
                 if let Err(e) = slot.feed.push(ctx.xid, message, &mut log) {
                     failed.push((id, e));
@@ -516,6 +632,7 @@ impl Pipeline {
             self.storage_failed(oid, id, e);
         }
         self.last_end = self.last_end.max(end_lsn);
+        self.commit_subqueries(txn.xid, txn.lsn, txn.deps.into_iter().collect());
         self.progress.observe_lsn(commit_lsn);
         self.metrics.transactions.inc();
         self.metrics.processed_lsn.set(lsn_gauge(commit_lsn.0));
@@ -604,6 +721,21 @@ impl Pipeline {
                 slot.shape.writer.lock().discard();
             }
         }
+        for (oid, dep) in txn.deps {
+            if let Some(dep) = self.tables.get_mut(&oid).and_then(|t| t.deps.get_mut(&dep)) {
+                dep.interrupted(xid);
+            }
+        }
+        for (oid, id) in std::mem::take(&mut self.queueing) {
+            let sq = self
+                .tables
+                .get_mut(&oid)
+                .and_then(|t| t.slots.get_mut(&id))
+                .and_then(|s| s.subquery.as_mut());
+            if let Some(sq) = sq {
+                sq.open = None;
+            }
+        }
     }
 
     /// The snapshot is durable: append the transactions that waited (those it did not see)
@@ -631,7 +763,9 @@ impl Pipeline {
         self.holds.remove(&(oid, id));
         if let Err(e) = result {
             self.storage_failed(oid, id, e);
+            return;
         }
+        self.subquery_live((oid, id));
     }
 
     /// A shape's log could not be written. Out of space (or quota), the pipeline stops before
@@ -654,12 +788,16 @@ impl Pipeline {
         let Some(slot) = table.remove(id) else {
             return;
         };
-        if table.slots.is_empty() {
+        if table.is_unused() {
             self.tables.remove(&oid);
         }
         self.by_handle.remove(&slot.shape.handle);
         self.dirty.remove(&(oid, id));
         self.holds.remove(&(oid, id));
+        self.queueing.remove(&(oid, id));
+        if let Some(sq) = &slot.subquery {
+            self.detach_subquery((oid, id), sq);
+        }
         self.invalidate(&slot.shape, why);
     }
 

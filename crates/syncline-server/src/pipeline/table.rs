@@ -1,16 +1,19 @@
 //! One replicated table's shapes: their router, where clauses, encoders, and how incoming
 //! tuples map onto the column layout the shapes were checked against.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use syncline_core::{RelationDesc, Value};
 use syncline_pg::replication::RelationMessage;
-use syncline_where::{Router, RowTypes, ShapeId, Where};
+use syncline_storage::Operation;
+use syncline_where::{Router, Row, RowTypes, ShapeId, Where};
 
-use super::encode::ChangeEncoder;
+use super::encode::{ChangeContext, ChangeEncoder, PendingMessage, ShapeChange};
 use super::feed::Feed;
+use super::subquery::{Dep, SetViews, Subq};
 use crate::shapes::Shape;
+use crate::subquery::write_row_headers;
 
 /// The pipeline's state for one shape.
 pub struct Slot {
@@ -22,6 +25,60 @@ pub struct Slot {
     pub filter: Option<Where>,
     /// Which transactions reach its log, and when.
     pub feed: Feed,
+    /// A subquery shape's value sets and what waits for them.
+    pub subquery: Option<Subq>,
+}
+
+impl Slot {
+    /// The messages a change makes for the shape (none if it does not concern it), rows in the
+    /// table's layout, headers left open. A subquery shape's rows are judged against the value
+    /// sets its log reflects, and carry their tags.
+    pub fn messages(
+        &self,
+        types: &RowTypes,
+        old: Option<&[Value]>,
+        new: Option<&[Value]>,
+        ctx: ChangeContext,
+    ) -> Vec<PendingMessage> {
+        let old_row = old.map(|v| Row::new(types, v));
+        let new_row = new.map(|v| Row::new(types, v));
+        let includes = |row: &Option<Row>| {
+            row.as_ref()
+                .is_some_and(|r| match (&self.filter, &self.subquery) {
+                    (None, _) => true,
+                    (Some(f), Some(sq)) => f.includes_in(r, &SetViews(&sq.views)),
+                    (Some(f), None) => f.includes(r),
+                })
+        };
+        let (was_in, is_in) = (includes(&old_row), includes(&new_row));
+        let change = match (old, new, was_in, is_in) {
+            (_, Some(new), false, true) => ShapeChange::Insert(new),
+            (Some(old), _, true, false) => ShapeChange::Delete(old),
+            // A subquery shape's update is sent even when no selected column changed: its
+            // tags may have.
+            (Some(old), Some(new), true, true)
+                if self.subquery.is_some() || self.encoder.touches(old, new) =>
+            {
+                ShapeChange::Update { old, new }
+            }
+            _ => return Vec::new(),
+        };
+        let mut messages = self.encoder.encode(change, ctx);
+        if let (Some(filter), Some(sq)) = (&self.filter, &self.subquery) {
+            let views = SetViews(&sq.views);
+            for m in &mut messages {
+                let (row, removed_from) = match m.op {
+                    Operation::Insert => (new_row.as_ref(), None),
+                    Operation::Update => (new_row.as_ref(), old_row.as_ref()),
+                    Operation::Delete => (old_row.as_ref(), None),
+                };
+                if let Some(row) = row {
+                    write_row_headers(&mut m.json, filter, &views, row, removed_from, &sq.prefix);
+                }
+            }
+        }
+        messages
+    }
 }
 
 /// Columns a shape needs from the table: selected, key and where-clause columns.
@@ -53,6 +110,12 @@ pub struct Table {
     pub router: Router,
     /// The shapes.
     pub slots: HashMap<ShapeId, Slot>,
+    /// Subquery shapes whose value sets are not known yet: every change is theirs.
+    pub unrouted: HashSet<ShapeId>,
+    /// The router over the subqueries that read this table (ids are the dependencies').
+    pub dep_router: Router,
+    /// The subqueries that read this table.
+    pub deps: HashMap<ShapeId, Dep>,
 }
 
 impl Table {
@@ -61,10 +124,18 @@ impl Table {
         Table {
             types: RowTypes::of(&relation),
             router: Router::new(&relation),
+            dep_router: Router::new(&relation),
             relation,
             layout: None,
             slots: HashMap::new(),
+            unrouted: HashSet::new(),
+            deps: HashMap::new(),
         }
+    }
+
+    /// Whether neither a shape nor a subquery reads the table.
+    pub fn is_unused(&self) -> bool {
+        self.slots.is_empty() && self.deps.is_empty()
     }
 
     /// Adds a shape.
@@ -76,6 +147,7 @@ impl Table {
     /// Removes a shape.
     pub fn remove(&mut self, id: ShapeId) -> Option<Slot> {
         self.router.remove(id);
+        self.unrouted.remove(&id);
         self.slots.remove(&id)
     }
 
@@ -139,8 +211,8 @@ impl Table {
 pub fn slot_for(shape: Arc<Shape>, relation: &RelationDesc, feed: Feed) -> Option<Slot> {
     let definition = &shape.definition;
     let encoder = ChangeEncoder::new(definition, relation)?;
-    let filter = match &definition.where_text {
-        Some(text) => Some(Where::new(text, relation, &definition.params).ok()?),
+    let filter = match definition.checked_where(relation) {
+        Some(checked) => Some(checked.ok()?),
         None => None,
     };
     Some(Slot {
@@ -148,5 +220,6 @@ pub fn slot_for(shape: Arc<Shape>, relation: &RelationDesc, feed: Feed) -> Optio
         encoder,
         filter,
         feed,
+        subquery: None,
     })
 }

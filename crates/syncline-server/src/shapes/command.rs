@@ -7,6 +7,20 @@ use tokio::sync::oneshot;
 
 use super::shape::Shape;
 
+/// A subquery's select-list values of one row, as Postgres prints them (`None`: NULL).
+pub type ViewTuple = Vec<Option<String>>;
+
+/// What a move-in query found: the rows newly in the shape, and the snapshot they are of.
+#[derive(Debug)]
+pub struct MoveInRows {
+    /// The query's `pg_current_snapshot()`.
+    pub visibility: PgSnapshot,
+    /// `pg_current_wal_insert_lsn()` when it was taken.
+    pub wal_lsn: u64,
+    /// Each row's key and its message (headers closed, no leading separator).
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
 /// A request to the pipeline, sent by [`super::Shapes`].
 pub enum Command {
     /// Start routing changes to a new shape; they wait in memory until
@@ -23,6 +37,24 @@ pub enum Command {
         handle: String,
         /// `pg_current_snapshot()` of the snapshot.
         visibility: PgSnapshot,
+        /// For a subquery shape, each subquery's rows in the same snapshot (else empty).
+        views: Vec<Vec<ViewTuple>>,
+    },
+    /// A subquery shape's move-in query finished (or failed).
+    MoveInDone {
+        /// The shape's handle.
+        handle: String,
+        /// Which move-in of the shape.
+        id: u64,
+        /// The rows and the query's snapshot, or why it failed.
+        result: Result<MoveInRows, String>,
+    },
+    /// Subqueries of restored shapes were read in one snapshot.
+    DependenciesSeeded {
+        /// The snapshot the rows are of.
+        visibility: PgSnapshot,
+        /// Each subquery's SQL and its rows.
+        rows: Vec<(String, Vec<ViewTuple>)>,
     },
     /// The shape's snapshot is complete and durable: append what waited, go live.
     SnapshotDone {

@@ -60,6 +60,10 @@ pub struct ShapeDefinition {
     pub compaction: bool,
     /// Log mode.
     pub log: LogMode,
+    /// The tables the where clause's subqueries read, as they were when the shape was made
+    /// (empty without subqueries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subquery_tables: Vec<RelationDesc>,
 }
 
 impl ShapeDefinition {
@@ -68,7 +72,7 @@ impl ShapeDefinition {
     pub fn identity(&self) -> String {
         let mut columns = self.columns.clone();
         columns.sort();
-        serde_json::json!([
+        let mut identity = serde_json::json!([
             self.relation_oid,
             self.schema,
             self.table,
@@ -82,8 +86,35 @@ impl ShapeDefinition {
             self.where_sql,
             self.replica,
             self.log,
-        ])
-        .to_string()
+        ]);
+        if !self.subquery_tables.is_empty() {
+            // A subquery table dropped and made again under its name is another shape.
+            let oids: Vec<u32> = self.subquery_tables.iter().map(|r| r.oid).collect();
+            if let Some(list) = identity.as_array_mut() {
+                list.push(serde_json::json!(oids));
+            }
+        }
+        identity.to_string()
+    }
+
+    /// The where clause checked against `relation` (and the subquery tables as they were when
+    /// the shape was made); `None` without one.
+    pub fn checked_where(
+        &self,
+        relation: &RelationDesc,
+    ) -> Option<Result<Where, syncline_where::WhereError>> {
+        let text = self.where_text.as_ref()?;
+        Some(Where::with_tables(
+            text,
+            relation,
+            &self.params,
+            &|table: &syncline_where::TableRef| {
+                self.subquery_tables
+                    .iter()
+                    .find(|r| r.schema == table.schema && r.name == table.name)
+                    .cloned()
+            },
+        ))
     }
 
     /// Whether the shape, made on `made_on`, still fits the table as it is `now`: same name,
@@ -97,12 +128,10 @@ impl ShapeDefinition {
         {
             return false;
         }
-        let where_columns = match &self.where_text {
+        let where_columns = match self.checked_where(made_on) {
             None => Vec::new(),
-            Some(text) => match Where::new(text, made_on, &self.params) {
-                Ok(w) => w.columns(),
-                Err(_) => return false,
-            },
+            Some(Ok(w)) => w.columns(),
+            Some(Err(_)) => return false,
         };
         let same = |name: &str| match (made_on.column(name), now.column(name)) {
             (Some((_, a)), Some((_, b))) => {

@@ -70,6 +70,23 @@ impl ShapeMeta {
     }
 }
 
+/// One change to the value sets a subquery shape's log reflects, kept in `<handle>.views`
+/// beside its metadata (JSON lines, appended and synced before the log holds the change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewRecord {
+    /// The log offset (TX, OP) of the message the change belongs to: records past the log's
+    /// last commit are dropped on restart (the log never got that far).
+    pub at: (u64, u64),
+    /// Which subquery of the where clause.
+    pub sub: usize,
+    /// Tuples that joined the set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add: Vec<Vec<Option<String>>>,
+    /// Tuples that left it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<Vec<Option<String>>>,
+}
+
 /// The directory of metadata files, one `<handle>.json` per shape. Read-only until this
 /// server holds the writer's lock: then saving and removing are refused.
 #[derive(Debug)]
@@ -116,9 +133,72 @@ impl MetaDir {
         File::open(&self.dir)?.sync_all()
     }
 
-    /// Removes a shape's metadata (durably).
+    /// Appends `records` to the shape's view file and syncs it (and the directory when the
+    /// file is new).
+    pub fn append_views(&self, handle: &str, records: &[ViewRecord]) -> io::Result<()> {
+        self.check_writable()?;
+        let path = self.views_path(handle);
+        let new = !path.exists();
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record)?;
+            lines.push(b'\n');
+        }
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        file.write_all(&lines)?;
+        file.sync_data()?;
+        if new {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// The shape's view records in the order written; a line cut short by a crash ends them.
+    pub fn load_views(&self, handle: &str) -> io::Result<Vec<ViewRecord>> {
+        let bytes = match fs::read(self.views_path(handle)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(bytes
+            .split(|&b| b == b'\n')
+            .map_while(|line| serde_json::from_slice(line).ok())
+            .collect())
+    }
+
+    /// Replaces the shape's view file with `records` (durably: a temporary file, synced,
+    /// renamed over it).
+    pub fn rewrite_views(&self, handle: &str, records: &[ViewRecord]) -> io::Result<()> {
+        self.check_writable()?;
+        let path = self.views_path(handle);
+        let tmp = path.with_extension("views.tmp");
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record)?;
+            lines.push(b'\n');
+        }
+        let mut file = File::create(&tmp)?;
+        file.write_all(&lines)?;
+        file.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        File::open(&self.dir)?.sync_all()
+    }
+
+    fn views_path(&self, handle: &str) -> PathBuf {
+        self.dir.join(format!("{handle}.views"))
+    }
+
+    /// Removes a shape's metadata and view file (durably).
     pub fn remove(&self, handle: &str) -> io::Result<()> {
         self.check_writable()?;
+        match fs::remove_file(self.views_path(handle)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         match fs::remove_file(self.path(handle)) {
             Ok(()) => File::open(&self.dir)?.sync_all(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

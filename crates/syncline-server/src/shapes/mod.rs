@@ -27,16 +27,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use syncline_core::{PgSnapshot, RelationDesc};
+use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
 use syncline_pg::{ErrorKind, PgError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::postgres::Postgres;
-pub use command::Command;
+pub use command::{Command, MoveInRows, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
 pub use logs::Logs;
 pub use meta::ShapeMeta;
-pub use meta::{MetaDir, META_VERSION};
+pub use meta::{MetaDir, ViewRecord, META_VERSION};
 use registry::Registry;
 pub use shape::{Blame, Failure, Shape, ShapeState};
 use writer::SharedWriter;
@@ -146,7 +146,56 @@ impl Shapes {
         self.registry.lock().expect("registry lock")
     }
 
-    fn commands(&self) -> mpsc::Sender<Command> {
+    /// Postgres access (move-in queries of subquery shapes run through it).
+    pub fn postgres(&self) -> &Arc<Postgres> {
+        &self.postgres
+    }
+
+    /// Records changes to a subquery shape's value sets, durably, before its log holds them.
+    pub fn append_views(&self, shape: &Shape, records: &[ViewRecord]) -> std::io::Result<()> {
+        self.meta.append_views(&shape.handle, records)
+    }
+
+    /// A subquery shape's value sets as its log reflects them (the log ends at `log_end`):
+    /// each subquery's tuples. Records past the log's end are dropped from the file.
+    pub fn load_views(
+        &self,
+        shape: &Shape,
+        subqueries: usize,
+        log_end: LogOffset,
+    ) -> std::io::Result<Vec<HashSet<ViewTuple>>> {
+        let records = self.meta.load_views(&shape.handle)?;
+        let mut views = vec![HashSet::new(); subqueries];
+        let mut kept = 0;
+        for record in &records {
+            if record.at > (log_end.tx, log_end.op) || record.sub >= subqueries {
+                continue;
+            }
+            kept += 1;
+            let view = &mut views[record.sub];
+            for tuple in &record.remove {
+                view.remove(tuple);
+            }
+            view.extend(record.add.iter().cloned());
+        }
+        if kept < records.len() && self.is_writer() {
+            let compacted: Vec<ViewRecord> = views
+                .iter()
+                .enumerate()
+                .map(|(sub, view)| ViewRecord {
+                    at: (log_end.tx, log_end.op),
+                    sub,
+                    add: view.iter().cloned().collect(),
+                    remove: Vec::new(),
+                })
+                .collect();
+            self.meta.rewrite_views(&shape.handle, &compacted)?;
+        }
+        Ok(views)
+    }
+
+    /// The pipeline's command channel (tasks the pipeline starts report back on it).
+    pub(crate) fn commands(&self) -> mpsc::Sender<Command> {
         self.commands.read().expect("commands lock").clone()
     }
 
@@ -417,6 +466,9 @@ impl Shapes {
         // Publishing is idempotent: done before the lock, so a table that cannot be published
         // never holds up the creation of other shapes.
         self.publish(&relation).await?;
+        for table in &definition.subquery_tables {
+            self.publish(table).await?;
+        }
         let _creating = self.create_lock.lock().await;
         if let Some(shape) = self.by_definition(&definition) {
             return Ok(shape);
@@ -508,16 +560,20 @@ impl Shapes {
 
     /// The snapshot of `shape` recorded its visibility: kept in the metadata (a restart skips
     /// the transactions it saw) and told to the pipeline.
+    /// A subquery shape's snapshot also gives the rows of each subquery at that instant
+    /// (`views`), the value sets its log starts from.
     pub async fn snapshot_started(
         &self,
         shape: &Shape,
         visibility: &PgSnapshot,
+        views: Vec<Vec<ViewTuple>>,
     ) -> Result<(), StepError> {
         self.save_snapshot_state(shape, visibility, false)?;
         shape.set_visibility(visibility.clone());
         let started = Command::SnapshotStarted {
             handle: shape.handle.clone(),
             visibility: visibility.clone(),
+            views,
         };
         self.send_step(started).await
     }

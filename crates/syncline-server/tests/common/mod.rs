@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+pub mod tagged;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;

@@ -1,0 +1,972 @@
+//! How the pipeline runs subquery shapes: their dependencies kept from the stream, the moves
+//! their changes cause, and move-ins spliced into the log.
+//!
+//! A tuple leaving a subquery a shape uses positively (or joining one it uses under NOT) is a
+//! **move-out**: one control message, no rows; clients drop the rows that no longer match.
+//! A tuple joining (or leaving, under NOT) is a **move-in**: the rows that now enter are read
+//! by a query in a fresh `REPEATABLE READ` snapshot S while the shape's transactions wait; then
+//! the waiting transactions S saw are applied with the old value sets (their effect is in the
+//! rows), the move-in event, the rows and `snapshot-end` are appended, and the rest follow
+//! with the new sets. Value-set changes are recorded in the shape's view file before its log
+//! holds them, so a restart resumes from exactly the sets its log reflects, and brings them up
+//! to date with moves.
+
+use std::sync::Arc;
+
+use syncline_core::{wire, LogOffset, PgSnapshot};
+use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
+use syncline_pg::PgError;
+use syncline_storage::{Message, Operation};
+use syncline_where::{PositionKind, ShapeId, Where};
+
+use super::encode::ChangeContext;
+use super::subquery::{
+    normalized, Dep, DepKey, Event, Mode, MoveIn, QueuedTxn, Subq, ViewSet, QUEUED_TXNS_MAX,
+};
+use super::table::Table;
+use super::{Pipeline, WriterLog};
+use crate::shapes::{Command, MoveInRows, Shape, Shapes, ViewRecord, ViewTuple};
+use crate::subquery::{headers_sql, tag_prefix};
+
+/// A slot: its table's OID and its id there.
+type SlotKey = (u32, ShapeId);
+
+/// The subquery shape's where clause (it has one).
+fn filter_of(table: &Table, id: ShapeId) -> Option<&Where> {
+    table.slots.get(&id)?.filter.as_ref()
+}
+
+/// The offset of the log's last commit (`0_0` for an empty log).
+fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
+    let last =
+        tokio::task::block_in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
+    Ok(last.unwrap_or(LogOffset::new(0, 0)))
+}
+
+/// The next offset after the log's last commit: where a move's messages go (`1_0` after the
+/// snapshot, as Electric's `0_inf` + 1).
+fn next_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
+    let last = last_offset(shape)?;
+    Ok(if last.tx > 0 {
+        LogOffset::new(last.tx, last.op + 1)
+    } else {
+        LogOffset::new(1, 0)
+    })
+}
+
+/// A tuple's texts, if none is NULL.
+fn texts(tuple: &ViewTuple) -> Option<Vec<&str>> {
+    tuple.iter().map(Option::as_deref).collect()
+}
+
+impl Pipeline {
+    /// Sets up a subquery shape just added: its dependencies (created if new, seeded by its
+    /// snapshot or, restored, by a query of their own), and its value sets: unknown until its
+    /// snapshot starts, or as its view file says for a restored shape.
+    pub(super) fn attach_subquery(&mut self, key: SlotKey, restored: bool) {
+        let (oid, id) = key;
+        let Some(filter) = self
+            .tables
+            .get(&oid)
+            .and_then(|t| filter_of(t, id))
+            .cloned()
+        else {
+            return;
+        };
+        if !filter.has_subqueries() {
+            return;
+        }
+        let mut deps = Vec::new();
+        for sub in filter.subqueries() {
+            let dep = self.ensure_dep(sub);
+            if let Some(d) = self.dep_mut(dep) {
+                d.dependents.insert(key);
+            }
+            deps.push(dep);
+        }
+        let mut negated = vec![false; deps.len()];
+        for position in &filter.dnf().positions {
+            if let PositionKind::Subquery { subquery, .. } = position.kind {
+                negated[subquery] = position.negated;
+            }
+        }
+        let shape = self.tables[&oid].slots[&id].shape.clone();
+        let mut sq = Subq::waiting(deps, negated, tag_prefix(&shape.handle));
+        if restored {
+            let views = last_offset(&shape).and_then(|end| {
+                tokio::task::block_in_place(|| self.shapes.load_views(&shape, sq.deps.len(), end))
+                    .map_err(|e| syncline_storage::StorageError::Io {
+                        path: shape.handle.clone().into(),
+                        source: e,
+                    })
+            });
+            match views {
+                Ok(views) => {
+                    sq.views = views.into_iter().map(ViewSet::of).collect();
+                    sq.restored = true;
+                }
+                Err(e) => {
+                    self.remove_invalid(oid, id, &format!("subquery state unreadable: {e}"));
+                    return;
+                }
+            }
+            self.seeding_wanted = true;
+        }
+        let table = self.tables.get_mut(&oid).expect("the slot's table");
+        let slot = table.slots.get_mut(&id).expect("the slot");
+        slot.subquery = Some(sq);
+        table.unrouted.insert(id);
+    }
+
+    fn dep_mut(&mut self, (oid, id): DepKey) -> Option<&mut Dep> {
+        self.tables.get_mut(&oid)?.deps.get_mut(&id)
+    }
+
+    /// The dependency for subquery `sub`, made (seeding) if no shape uses it yet.
+    fn ensure_dep(&mut self, sub: &syncline_where::Subquery) -> DepKey {
+        if let Some(&key) = self.dep_by_sql.get(&sub.sql) {
+            return key;
+        }
+        let oid = sub.relation.oid;
+        let id = self.next_id;
+        self.next_id += 1;
+        let table = self
+            .tables
+            .entry(oid)
+            .or_insert_with(|| Table::new(sub.relation.clone()));
+        if table.layout.is_none() {
+            if let Some(message) = self.relations.get(&oid) {
+                table.describe(message);
+            }
+        }
+        table.dep_router.add(id, sub.filter.as_ref());
+        table.deps.insert(id, Dep::new(sub.clone()));
+        self.dep_by_sql.insert(sub.sql.clone(), (oid, id));
+        (oid, id)
+    }
+
+    /// A subquery shape is gone: its dependencies forget it, and go when no shape uses them.
+    pub(super) fn detach_subquery(&mut self, key: SlotKey, sq: &Subq) {
+        for &(oid, dep) in &sq.deps {
+            let Some(table) = self.tables.get_mut(&oid) else {
+                continue;
+            };
+            let unused = table.deps.get_mut(&dep).is_some_and(|d| {
+                d.dependents.remove(&key);
+                d.dependents.is_empty()
+            });
+            if unused {
+                if let Some(d) = table.deps.remove(&dep) {
+                    self.dep_by_sql.remove(&d.sql);
+                }
+                table.dep_router.remove(dep);
+                if table.is_unused() {
+                    self.tables.remove(&oid);
+                }
+            }
+        }
+        self.holds.remove(&key);
+        self.splicing.remove(&key);
+    }
+
+    /// A subquery shape's snapshot started: its value sets are those rows, and a dependency
+    /// still seeding is seeded by them.
+    pub(super) fn subquery_snapshot_started(
+        &mut self,
+        key: SlotKey,
+        visibility: &PgSnapshot,
+        views: Vec<Vec<ViewTuple>>,
+    ) {
+        let (oid, id) = key;
+        let Some(slot) = self.tables.get(&oid).and_then(|t| t.slots.get(&id)) else {
+            return;
+        };
+        let (Some(sq), Some(filter)) = (slot.subquery.as_ref(), slot.filter.as_ref()) else {
+            return;
+        };
+        let deps = sq.deps.clone();
+        let subqueries = filter.subqueries().to_vec();
+        assert_eq!(deps.len(), views.len(), "a set of rows per subquery");
+        for (i, (dep, rows)) in deps.iter().zip(views).enumerate() {
+            let set = ViewSet::of(rows.iter().map(|t| normalized(&subqueries[i], t)));
+            if let Some(sq) = self.subq_mut(key) {
+                sq.views[i] = set;
+            }
+            self.seed_dep(*dep, rows, visibility.clone());
+        }
+    }
+
+    /// Seeds a dependency still seeding with `rows` as of `visibility`, and hands its shapes
+    /// what the changes that waited made appear or disappear.
+    fn seed_dep(&mut self, key: DepKey, rows: Vec<ViewTuple>, visibility: PgSnapshot) {
+        let open = self.txn.as_ref().map(|t| t.xid);
+        let Some(table) = self.tables.get_mut(&key.0) else {
+            return;
+        };
+        let types = table.types.clone();
+        let Some(dep) = table.deps.get_mut(&key.1) else {
+            return;
+        };
+        if dep.is_live() {
+            return;
+        }
+        let txns = dep.seed(&types, rows, visibility, open);
+        let dependents: Vec<SlotKey> = dep.dependents.iter().copied().collect();
+        for (xid, lsn, deltas) in txns {
+            for &shape in &dependents {
+                self.deliver_deltas(shape, key, xid, lsn, &deltas);
+            }
+        }
+    }
+
+    /// Subqueries of restored shapes were read: they are seeded, and the restored shapes whose
+    /// dependencies are all live catch up with them.
+    pub(super) fn dependencies_seeded(
+        &mut self,
+        visibility: PgSnapshot,
+        rows: Vec<(String, Vec<ViewTuple>)>,
+    ) {
+        for (sql, rows) in rows {
+            if let Some(&key) = self.dep_by_sql.get(&sql) {
+                self.seed_dep(key, rows, visibility.clone());
+            }
+        }
+        let restored: Vec<SlotKey> = self
+            .tables
+            .iter()
+            .flat_map(|(&oid, t)| {
+                t.slots.iter().filter_map(move |(&id, s)| {
+                    s.subquery
+                        .as_ref()
+                        .is_some_and(|sq| sq.restored && matches!(sq.mode, Mode::Waiting))
+                        .then_some((oid, id))
+                })
+            })
+            .collect();
+        for key in restored {
+            self.resume_restored(key);
+        }
+    }
+
+    /// A restored shape whose dependencies are live: its value sets are brought to theirs with
+    /// moves (no transaction ids: the changes behind them are not known), then what waited is
+    /// applied.
+    fn resume_restored(&mut self, key: SlotKey) {
+        let (oid, id) = key;
+        let Some(deps) = self.subq_mut(key).map(|sq| sq.deps.clone()) else {
+            return;
+        };
+        let mut current = Vec::with_capacity(deps.len());
+        for &dep_key in &deps {
+            match self.dep_mut(dep_key) {
+                Some(dep) if dep.is_live() => current.push(ViewSet::of(dep.tuples().cloned())),
+                _ => return,
+            }
+        }
+        let table = self.tables.get_mut(&oid).expect("the slot's table");
+        table.unrouted.remove(&id);
+        let slot = table.slots.get_mut(&id).expect("the slot");
+        let sq = slot.subquery.as_mut().expect("a subquery shape");
+        let mut changes = Vec::new();
+        for (i, (view, now)) in sq.views.iter().zip(&current).enumerate() {
+            changes.extend(
+                now.iter()
+                    .filter(|t| !view.contains(t))
+                    .map(|t| (i, t.clone(), true)),
+            );
+            changes.extend(
+                view.iter()
+                    .filter(|t| !now.contains(t))
+                    .map(|t| (i, t.clone(), false)),
+            );
+        }
+        sq.mode = Mode::Steady;
+        sq.restored = false;
+        sq.queue.retain(|e| matches!(e, Event::Txn(_)));
+        for (i, view) in sq.views.iter().enumerate() {
+            if !sq.negated[i] {
+                for t in view.iter() {
+                    if let Some(values) = texts(t) {
+                        table.router.view_insert(id, i, &values);
+                    }
+                }
+            }
+        }
+        self.apply_moves(key, Vec::new(), changes);
+        self.drain(key);
+    }
+
+    /// The snapshot of a subquery shape is live: its initial value sets are recorded, and
+    /// what waited is applied.
+    pub(super) fn subquery_live(&mut self, key: SlotKey) {
+        let (oid, id) = key;
+        let Some(table) = self.tables.get_mut(&oid) else {
+            return;
+        };
+        let Some(slot) = table.slots.get_mut(&id) else {
+            return;
+        };
+        let Some(sq) = slot.subquery.as_mut() else {
+            return;
+        };
+        let shape = slot.shape.clone();
+        let at = last_offset(&shape).map(|o| (o.tx, o.op));
+        let records: Vec<ViewRecord> = sq
+            .views
+            .iter()
+            .enumerate()
+            .map(|(sub, view)| ViewRecord {
+                at: at.as_ref().map_or((0, 0), |a| *a),
+                sub,
+                add: view.iter().cloned().collect(),
+                remove: Vec::new(),
+            })
+            .collect();
+        let written = at.map_err(|e| e.to_string()).and_then(|_| {
+            tokio::task::block_in_place(|| self.shapes.append_views(&shape, &records))
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = written {
+            self.remove_invalid(oid, id, &format!("subquery state not written: {e}"));
+            return;
+        }
+        sq.mode = Mode::Steady;
+        table.unrouted.remove(&id);
+        for (i, view) in sq.views.iter().enumerate() {
+            if !sq.negated[i] {
+                for t in view.iter() {
+                    if let Some(values) = texts(t) {
+                        table.router.view_insert(id, i, &values);
+                    }
+                }
+            }
+        }
+        self.drain(key);
+    }
+
+    fn subq_mut(&mut self, (oid, id): SlotKey) -> Option<&mut Subq> {
+        self.tables
+            .get_mut(&oid)?
+            .slots
+            .get_mut(&id)?
+            .subquery
+            .as_mut()
+    }
+
+    /// Tuples of dependency `dep` appeared or disappeared in transaction `xid`: the shape
+    /// applies the moves now, or queues them behind what waits.
+    pub(super) fn deliver_deltas(
+        &mut self,
+        shape: SlotKey,
+        dep: DepKey,
+        xid: u32,
+        lsn: u64,
+        deltas: &[(ViewTuple, bool)],
+    ) {
+        let Some(sq) = self.subq_mut(shape) else {
+            return;
+        };
+        let changes: Vec<(usize, ViewTuple, bool)> = sq
+            .deps
+            .iter()
+            .enumerate()
+            .filter(|(_, &d)| d == dep)
+            .flat_map(|(i, _)| deltas.iter().map(move |(t, now)| (i, t.clone(), *now)))
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        if sq.queues() {
+            sq.queue_deltas(xid, lsn, changes);
+        } else {
+            self.apply_moves(shape, vec![xid], changes);
+        }
+    }
+
+    /// Applies value-set changes (subquery, tuple, present now) caused by transactions
+    /// `txids`: move-outs at once, move-ins by a query (the shape then queues until its rows
+    /// are spliced in).
+    fn apply_moves(
+        &mut self,
+        key: SlotKey,
+        txids: Vec<u32>,
+        changes: Vec<(usize, ViewTuple, bool)>,
+    ) {
+        let Some(sq) = self.subq_mut(key) else {
+            return;
+        };
+        let (mut outs, mut ins) = (Vec::new(), Vec::new());
+        for (i, tuple, present) in changes {
+            if sq.views[i].contains(&tuple) == present {
+                continue;
+            }
+            // Joining a subquery used positively brings rows in; under NOT it takes them out.
+            if present != sq.negated[i] {
+                ins.push((i, tuple, present));
+            } else {
+                outs.push((i, tuple, present));
+            }
+        }
+        if !outs.is_empty() {
+            if let Err(e) = self.move_out(key, &txids, outs) {
+                self.storage_failed(key.0, key.1, e);
+                return;
+            }
+        }
+        if !ins.is_empty() {
+            self.start_move_in(key, txids, ins);
+        }
+    }
+
+    /// The move patterns for value-set changes: one per position of the subquery and tuple.
+    fn patterns(
+        filter: &Where,
+        prefix: &str,
+        changes: &[(usize, ViewTuple, bool)],
+    ) -> Vec<(usize, String)> {
+        let mut patterns = Vec::new();
+        for (p, position) in filter.dnf().positions.iter().enumerate() {
+            if let PositionKind::Subquery { subquery, .. } = &position.kind {
+                for (i, tuple, _) in changes {
+                    if i == subquery {
+                        let values: Vec<Option<&str>> =
+                            tuple.iter().map(Option::as_deref).collect();
+                        patterns.push((p, filter.slot_hash(p, &values, prefix)));
+                    }
+                }
+            }
+        }
+        patterns
+    }
+
+    /// Records value-set changes and updates the shape's sets (and its routing).
+    fn adopt(
+        &mut self,
+        key: SlotKey,
+        at: LogOffset,
+        changes: &[(usize, ViewTuple, bool)],
+    ) -> std::io::Result<()> {
+        let (oid, id) = key;
+        let table = self.tables.get_mut(&oid).expect("the slot's table");
+        let slot = table.slots.get_mut(&id).expect("the slot");
+        let sq = slot.subquery.as_mut().expect("a subquery shape");
+        let records: Vec<ViewRecord> = changes
+            .iter()
+            .map(|(sub, tuple, present)| ViewRecord {
+                at: (at.tx, at.op),
+                sub: *sub,
+                add: if *present {
+                    vec![tuple.clone()]
+                } else {
+                    Vec::new()
+                },
+                remove: if *present {
+                    Vec::new()
+                } else {
+                    vec![tuple.clone()]
+                },
+            })
+            .collect();
+        tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records))?;
+        for (i, tuple, present) in changes {
+            if *present {
+                sq.views[*i].insert(tuple.clone());
+            } else {
+                sq.views[*i].remove(tuple);
+                if !sq.negated[*i] {
+                    if let Some(values) = texts(tuple) {
+                        table.router.view_remove(id, *i, &values);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn move_out(
+        &mut self,
+        key: SlotKey,
+        txids: &[u32],
+        changes: Vec<(usize, ViewTuple, bool)>,
+    ) -> syncline_storage::Result<()> {
+        let (oid, id) = key;
+        let slot = &self.tables[&oid].slots[&id];
+        let shape = slot.shape.clone();
+        let filter = slot
+            .filter
+            .clone()
+            .expect("a subquery shape has a where clause");
+        let prefix = slot
+            .subquery
+            .as_ref()
+            .expect("a subquery shape")
+            .prefix
+            .clone();
+        let at = next_offset(&shape)?;
+        self.adopt(key, at, &changes)
+            .map_err(|e| syncline_storage::StorageError::Io {
+                path: shape.handle.clone().into(),
+                source: e,
+            })?;
+        let mut txids = txids.to_vec();
+        txids.sort_unstable();
+        let mut json = vec![wire::STORED_SEPARATOR];
+        json.extend_from_slice(&wire::move_event(
+            wire::MoveKind::Out,
+            &Self::patterns(&filter, &prefix, &changes),
+            &txids,
+        ));
+        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
+            let mut guard = shape.writer.lock();
+            let writer = guard.get()?;
+            writer.append(&[Message {
+                offset: at,
+                key: b"",
+                op: Operation::Insert,
+                json: &json,
+            }])?;
+            writer.commit()
+        })?;
+        self.dirty.insert(key);
+        self.first_unflushed
+            .get_or_insert_with(std::time::Instant::now);
+        self.metrics.shape_messages.inc();
+        Ok(())
+    }
+
+    /// Starts the query for the rows value-set `changes` bring into the shape; the shape
+    /// queues until they are spliced in.
+    fn start_move_in(
+        &mut self,
+        key: SlotKey,
+        txids: Vec<u32>,
+        changes: Vec<(usize, ViewTuple, bool)>,
+    ) {
+        let (oid, id) = key;
+        let table = self.tables.get_mut(&oid).expect("the slot's table");
+        let slot = table.slots.get_mut(&id).expect("the slot");
+        let filter = slot
+            .filter
+            .clone()
+            .expect("a subquery shape has a where clause");
+        let shape = slot.shape.clone();
+        let sq = slot.subquery.as_mut().expect("a subquery shape");
+        let mut after = sq.views.clone();
+        for (i, tuple, present) in &changes {
+            if *present {
+                after[*i].insert(tuple.clone());
+                // Rows with the tuple are routed here from now on: those of transactions the
+                // query does not see come after its rows.
+                if !sq.negated[*i] {
+                    if let Some(values) = texts(tuple) {
+                        table.router.view_insert(id, *i, &values);
+                    }
+                }
+            } else {
+                after[*i].remove(tuple);
+            }
+        }
+        let rendered =
+            |views: &[ViewSet]| filter.sql_with_views(&|i| views[i].iter().cloned().collect());
+        let where_sql = format!(
+            "({}) AND NOT COALESCE(({}), false)",
+            rendered(&after),
+            rendered(&sq.views)
+        );
+        let id_of_move = sq.next_move_in;
+        sq.next_move_in += 1;
+        sq.mode = Mode::MovingIn(MoveIn {
+            id: id_of_move,
+            changes,
+            txids,
+            rows: None,
+        });
+        let query = SnapshotQuery::new(
+            &shape.relation,
+            Some(&shape.definition.columns),
+            Some(where_sql),
+        )
+        .map(|q| q.with_headers(Some(headers_sql(&filter, &sq.prefix, true))));
+        self.metrics.move_ins.inc();
+        let shapes = self.shapes.clone();
+        tokio::spawn(async move {
+            let result = match query {
+                Ok(query) => read_move_in(&shapes, &query)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let done = Command::MoveInDone {
+                handle: shape.handle.clone(),
+                id: id_of_move,
+                result,
+            };
+            let _ = shapes.commands().send(done).await;
+        });
+    }
+
+    /// A move-in query finished: its rows are spliced in when the splice point is known.
+    pub(super) fn move_in_done(
+        &mut self,
+        handle: &str,
+        id: u64,
+        result: Result<MoveInRows, String>,
+    ) {
+        let Some(&key) = self.by_handle.get(handle) else {
+            return;
+        };
+        let Some(sq) = self.subq_mut(key) else {
+            return;
+        };
+        let Mode::MovingIn(move_in) = &mut sq.mode else {
+            return;
+        };
+        if move_in.id != id {
+            return;
+        }
+        match result {
+            Ok(rows) => {
+                move_in.rows = Some(rows);
+                self.splicing.insert(key);
+                self.splice_ready();
+            }
+            Err(e) => {
+                tracing::warn!(%handle, error = %e, "move-in query failed; the shape is removed");
+                self.remove_invalid(key.0, key.1, &format!("move-in query failed: {e}"));
+            }
+        }
+    }
+
+    /// Whether every transaction committed before `wal_lsn` has been processed.
+    fn processed_through(&self, wal_lsn: u64) -> bool {
+        self.last_end.0 >= wal_lsn
+            || self.txn.as_ref().is_some_and(|t| t.lsn >= wal_lsn)
+            || (self.txn.is_none() && self.stream.server_wal_end().0 >= wal_lsn)
+    }
+
+    /// Splices every finished move-in whose splice point is known.
+    pub(super) fn splice_ready(&mut self) {
+        let waiting: Vec<SlotKey> = self.splicing.iter().copied().collect();
+        for key in waiting {
+            if self.try_splice(key) {
+                self.splicing.remove(&key);
+            }
+        }
+    }
+
+    /// Splices a finished move-in if its point is known: the waiting transactions its query
+    /// saw (up to the first it did not see, or the first move), then its rows; returns whether
+    /// it did (or the shape is gone).
+    fn try_splice(&mut self, key: SlotKey) -> bool {
+        let Some(sq) = self.subq_mut(key) else {
+            return true;
+        };
+        let Mode::MovingIn(MoveIn {
+            rows: Some(rows), ..
+        }) = &sq.mode
+        else {
+            return !matches!(sq.mode, Mode::MovingIn(_));
+        };
+        let seen = rows.visibility.clone();
+        let wal_lsn = rows.wal_lsn;
+        let point = sq.queue.iter().position(|e| match e {
+            Event::Txn(t) => !seen.is_visible(t.xid),
+            Event::Deltas { .. } => true,
+        });
+        let point = match point {
+            Some(point) => point,
+            None if self.processed_through(wal_lsn) => {
+                self.subq_mut(key).map_or(0, |sq| sq.queue.len())
+            }
+            None => return false,
+        };
+        for _ in 0..point {
+            let Some(Event::Txn(txn)) = self.subq_mut(key).and_then(|sq| sq.queue.pop_front())
+            else {
+                unreachable!("events before the splice point are transactions");
+            };
+            self.apply_queued(key, txn);
+        }
+        let Some(sq) = self.subq_mut(key) else {
+            return true;
+        };
+        let Mode::MovingIn(move_in) = std::mem::replace(&mut sq.mode, Mode::Steady) else {
+            unreachable!("checked above");
+        };
+        if let Err(e) = self.append_move_in(key, move_in) {
+            self.storage_failed(key.0, key.1, e);
+            return true;
+        }
+        self.drain(key);
+        true
+    }
+
+    /// Appends a move-in: its event, its rows and `snapshot-end`, one commit.
+    fn append_move_in(&mut self, key: SlotKey, move_in: MoveIn) -> syncline_storage::Result<()> {
+        let (oid, id) = key;
+        let slot = &self.tables[&oid].slots[&id];
+        let shape = slot.shape.clone();
+        let filter = slot
+            .filter
+            .clone()
+            .expect("a subquery shape has a where clause");
+        let prefix = slot
+            .subquery
+            .as_ref()
+            .expect("a subquery shape")
+            .prefix
+            .clone();
+        let rows = move_in.rows.expect("spliced with its rows");
+        let at = next_offset(&shape)?;
+        self.adopt(key, at, &move_in.changes)
+            .map_err(|e| syncline_storage::StorageError::Io {
+                path: shape.handle.clone().into(),
+                source: e,
+            })?;
+        let mut txids = move_in.txids;
+        txids.sort_unstable();
+        txids.dedup();
+        let mut event = vec![wire::STORED_SEPARATOR];
+        event.extend_from_slice(&wire::move_event(
+            wire::MoveKind::In,
+            &Self::patterns(&filter, &prefix, &move_in.changes),
+            &txids,
+        ));
+        let mut stored: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(rows.rows.len());
+        for (row_key, json) in rows.rows {
+            let mut line = Vec::with_capacity(json.len() + 1);
+            line.push(wire::STORED_SEPARATOR);
+            line.extend_from_slice(&json);
+            stored.push((row_key, line));
+        }
+        let mut end = vec![wire::STORED_SEPARATOR];
+        end.extend_from_slice(&wire::snapshot_end(&rows.visibility));
+        let mut messages = vec![Message {
+            offset: at,
+            key: b"",
+            op: Operation::Insert,
+            json: &event,
+        }];
+        let mut op = at.op;
+        for (row_key, line) in &stored {
+            op += 1;
+            messages.push(Message {
+                offset: LogOffset::new(at.tx, op),
+                key: row_key,
+                op: Operation::Insert,
+                json: line,
+            });
+        }
+        if !stored.is_empty() {
+            messages.push(Message {
+                offset: LogOffset::new(at.tx, op + 1),
+                key: b"",
+                op: Operation::Insert,
+                json: &end,
+            });
+        }
+        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
+            let mut guard = shape.writer.lock();
+            let writer = guard.get()?;
+            writer.append(&messages)?;
+            writer.commit()
+        })?;
+        self.dirty.insert(key);
+        self.first_unflushed
+            .get_or_insert_with(std::time::Instant::now);
+        Ok(())
+    }
+
+    /// Applies what waits while the shape can (stops at a move-in); releases its hold on the
+    /// acknowledged position once nothing waits.
+    pub(super) fn drain(&mut self, key: SlotKey) {
+        loop {
+            let Some(sq) = self.subq_mut(key) else {
+                return;
+            };
+            if !matches!(sq.mode, Mode::Steady) {
+                return;
+            }
+            let Some(event) = sq.queue.pop_front() else {
+                break;
+            };
+            match event {
+                Event::Txn(txn) => self.apply_queued(key, txn),
+                Event::Deltas { xid, deltas, .. } => {
+                    let seen = self.tables[&key.0].slots[&key.1].shape.visibility();
+                    if seen.is_some_and(|s| s.is_visible(xid)) {
+                        continue;
+                    }
+                    self.apply_moves(key, vec![xid], deltas);
+                }
+            }
+        }
+        if self.subq_mut(key).is_some_and(|sq| !sq.queues()) {
+            self.holds.remove(&key);
+        }
+    }
+
+    /// A queued transaction of the shape's table, applied with the value sets as they are.
+    fn apply_queued(&mut self, key: SlotKey, txn: QueuedTxn) {
+        let (oid, id) = key;
+        let Some(table) = self.tables.get_mut(&oid) else {
+            return;
+        };
+        let types = table.types.clone();
+        let Some(slot) = table.slots.get_mut(&id) else {
+            return;
+        };
+        let shape = slot.shape.clone();
+        let mut log = WriterLog(&shape);
+        let result = (|| -> syncline_storage::Result<bool> {
+            if !slot.feed.wants(txn.xid, txn.lsn, &mut log)? {
+                return Ok(false);
+            }
+            for (op, old, new) in &txn.changes {
+                let ctx = ChangeContext {
+                    xid: txn.xid,
+                    lsn: txn.lsn,
+                    op: *op,
+                };
+                for message in slot.messages(&types, old.as_deref(), new.as_deref(), ctx) {
+                    slot.feed.push(txn.xid, message, &mut log)?;
+                }
+            }
+            slot.feed.commit(txn.xid, &mut log)
+        })();
+        match result {
+            Ok(true) => {
+                self.dirty.insert(key);
+                self.first_unflushed
+                    .get_or_insert_with(std::time::Instant::now);
+            }
+            Ok(false) => {}
+            Err(e) => self.storage_failed(oid, id, e),
+        }
+    }
+
+    /// The transaction `xid` committed: the subquery shapes that queued its changes queue it
+    /// whole (removed if too many wait), and its changes to dependencies become moves.
+    pub(super) fn commit_subqueries(&mut self, xid: u32, lsn: u64, deps: Vec<DepKey>) {
+        let queued: Vec<SlotKey> = self.queueing.drain().collect();
+        for key in queued {
+            let Some(sq) = self.subq_mut(key) else {
+                continue;
+            };
+            let Some(txn) = sq.open.take().filter(|t| t.xid == xid) else {
+                continue;
+            };
+            sq.queue.push_back(Event::Txn(txn));
+            if matches!(sq.mode, Mode::MovingIn(_)) && sq.queued_txns() > QUEUED_TXNS_MAX {
+                self.remove_invalid(
+                    key.0,
+                    key.1,
+                    "too many transactions waited for a subquery move-in",
+                );
+                continue;
+            }
+            self.drain(key);
+        }
+        for dep_key in deps {
+            let Some(dep) = self.dep_mut(dep_key) else {
+                continue;
+            };
+            let deltas = dep.commit();
+            if deltas.is_empty() {
+                continue;
+            }
+            let dependents: Vec<SlotKey> = dep.dependents.iter().copied().collect();
+            for shape in dependents {
+                self.deliver_deltas(shape, dep_key, xid, lsn, &deltas);
+            }
+        }
+        self.splice_ready();
+    }
+
+    /// Starts reading the subqueries of restored shapes, in one snapshot.
+    pub(super) fn seed_restored(&mut self) {
+        if !std::mem::take(&mut self.seeding_wanted) {
+            return;
+        }
+        let sqls: Vec<String> = self
+            .tables
+            .values()
+            .flat_map(|t| t.deps.values())
+            .filter(|d| !d.is_live())
+            .map(|d| d.sql.clone())
+            .collect();
+        if sqls.is_empty() {
+            return;
+        }
+        let shapes = self.shapes.clone();
+        tokio::spawn(async move {
+            loop {
+                match read_dependencies(&shapes, &sqls).await {
+                    Ok((visibility, rows)) => {
+                        let seeded = Command::DependenciesSeeded { visibility, rows };
+                        let _ = shapes.commands().send(seeded).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the subqueries of restored shapes failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Runs a move-in query: its snapshot and its rows' messages.
+async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<MoveInRows, PgError> {
+    let postgres = shapes.postgres();
+    let _permit = postgres
+        .query_permit()
+        .await
+        .map_err(|_| PgError::Protocol("the query pool closed".into()))?;
+    let mut conn = postgres.query_connection("syncline-move-in").await?;
+    let mut snapshot = Snapshot::begin(&mut conn, query).await?;
+    let info = snapshot.info().clone();
+    let mut encoder = RowEncoder::for_query(query);
+    let mut rows = Vec::new();
+    while snapshot
+        .next_chunk(&mut |row| {
+            let mut json = Vec::new();
+            let key = encoder.encode(&row, &mut json)?.to_vec();
+            rows.push((key, json));
+            Ok(())
+        })
+        .await?
+    {}
+    Ok(MoveInRows {
+        visibility: info.pg_snapshot,
+        wal_lsn: info.wal_lsn.0,
+        rows,
+    })
+}
+
+/// Reads each subquery's rows, all in one `REPEATABLE READ` snapshot.
+async fn read_dependencies(
+    shapes: &Arc<Shapes>,
+    sqls: &[String],
+) -> Result<(PgSnapshot, Vec<(String, Vec<ViewTuple>)>), PgError> {
+    let postgres = shapes.postgres();
+    let mut conn = postgres.query_connection("syncline-subqueries").await?;
+    let rows = conn
+        .simple_query(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_current_snapshot()::text",
+        )
+        .await?;
+    let visibility: PgSnapshot = rows
+        .first()
+        .and_then(|r| r.first().cloned().flatten())
+        .ok_or_else(|| PgError::Protocol("no snapshot row".into()))?
+        .parse()
+        .map_err(|e| PgError::Protocol(format!("{e}")))?;
+    let mut out = Vec::with_capacity(sqls.len());
+    for sql in sqls {
+        out.push((sql.clone(), conn.simple_query(sql).await?));
+    }
+    conn.simple_query("COMMIT").await?;
+    Ok((visibility, out))
+}

@@ -1,0 +1,503 @@
+//! Subquery shapes in the pipeline.
+//!
+//! A [`Dep`] is one distinct subquery (`SELECT c FROM t WHERE w`), kept from the replication
+//! stream and shared by every shape that uses it: the multiset of select-list tuples of the rows
+//! of `t` that satisfy `w`. After each transaction it reports the tuples that appeared or
+//! disappeared.
+//!
+//! A [`Subq`] is one subquery shape's own state: per subquery, the set of tuples its log
+//! reflects ([`ViewSet`]), and the transactions and moves waiting while it cannot apply them (its
+//! snapshot runs, a move-in query runs, or it was restored and waits for its subqueries).
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use syncline_core::{PgSnapshot, Value};
+use syncline_where::{Row, RowTypes, ShapeId, Subquery, Views, Where};
+
+use crate::shapes::{MoveInRows, ViewTuple};
+
+/// A queued subquery shape drops its transactions past this many while a move-in runs (Electric's
+/// `ELECTRIC_SUBQUERY_BUFFER_MAX_TRANSACTIONS`): the shape is removed and clients start again.
+pub const QUEUED_TXNS_MAX: usize = 1000;
+
+/// Where a dependency is: its table's OID and its id in that table's dependency router.
+pub type DepKey = (u32, ShapeId);
+
+/// The text of a value as a tuple element (`None`: NULL).
+fn text(value: &Value) -> Option<String> {
+    value
+        .as_text()
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+}
+
+/// A tuple in the form value sets compare (each value's normal text: `true` for `t`, `1.5` for
+/// `1.50`, …).
+pub fn normalized(subquery: &Subquery, tuple: &ViewTuple) -> ViewTuple {
+    let values: Vec<Option<&str>> = tuple.iter().map(Option::as_deref).collect();
+    subquery.normalize(&values)
+}
+
+/// The key a non-null tuple is found by: the text itself for one column (so a lookup by `&str`
+/// allocates nothing), each text length-prefixed for several.
+fn tuple_key<S: AsRef<str>>(values: &[S]) -> Cow<'_, str> {
+    match values {
+        [one] => Cow::Borrowed(one.as_ref()),
+        many => Cow::Owned(
+            many.iter()
+                .map(|v| format!("{}:{}", v.as_ref().len(), v.as_ref()))
+                .collect(),
+        ),
+    }
+}
+
+/// One distinct subquery's tuples, kept from the stream; see the module documentation.
+#[derive(Debug)]
+pub struct Dep {
+    /// The subquery's canonical SQL (its identity).
+    pub sql: String,
+    subquery: Subquery,
+    counts: HashMap<ViewTuple, u32>,
+    phase: DepPhase,
+    /// Tuples whose count changed in the open transaction, with whether they were present
+    /// before it.
+    touched: HashMap<ViewTuple, bool>,
+    /// Count changes of the open transaction, undone if the stream loses it.
+    undo: Vec<(ViewTuple, i64)>,
+    /// The subquery shapes that use it, by table OID and slot id.
+    pub dependents: HashSet<(u32, ShapeId)>,
+}
+
+/// Whether a dependency knows its tuples yet.
+#[derive(Debug)]
+enum DepPhase {
+    /// Its first rows are being read; changes wait, with their transaction.
+    Seeding(Vec<WaitingChange>),
+    /// Kept from the stream; transactions the seeding snapshot saw are skipped.
+    Live(Option<PgSnapshot>),
+}
+
+#[derive(Debug)]
+struct WaitingChange {
+    xid: u32,
+    lsn: u64,
+    old: Option<Vec<Value>>,
+    new: Option<Vec<Value>>,
+}
+
+/// A tuple that appeared (`true`) in or disappeared (`false`) from a dependency.
+pub type Delta = (ViewTuple, bool);
+
+impl Dep {
+    /// A dependency keeping `subquery`'s tuples, waiting to be seeded.
+    pub fn new(subquery: Subquery) -> Dep {
+        Dep {
+            sql: subquery.sql.clone(),
+            subquery,
+            counts: HashMap::new(),
+            phase: DepPhase::Seeding(Vec::new()),
+            touched: HashMap::new(),
+            undo: Vec::new(),
+            dependents: HashSet::new(),
+        }
+    }
+
+    /// Its where clause (what routes its table's changes to it).
+    pub fn filter(&self) -> Option<&Where> {
+        self.subquery.filter.as_ref()
+    }
+
+    /// Whether it knows its tuples.
+    pub fn is_live(&self) -> bool {
+        matches!(self.phase, DepPhase::Live(_))
+    }
+
+    /// Its tuples (each once).
+    pub fn tuples(&self) -> impl Iterator<Item = &ViewTuple> {
+        self.counts.keys()
+    }
+
+    /// A change of its table in transaction `xid` (committing at `lsn`); rows in the table's
+    /// layout.
+    pub fn apply(
+        &mut self,
+        types: &RowTypes,
+        xid: u32,
+        lsn: u64,
+        old: Option<&[Value]>,
+        new: Option<&[Value]>,
+    ) {
+        match &mut self.phase {
+            DepPhase::Seeding(waiting) => {
+                waiting.push(WaitingChange {
+                    xid,
+                    lsn,
+                    old: old.map(<[Value]>::to_vec),
+                    new: new.map(<[Value]>::to_vec),
+                });
+                return;
+            }
+            DepPhase::Live(seen) if seen.as_ref().is_some_and(|s| s.is_visible(xid)) => return,
+            DepPhase::Live(_) => {}
+        }
+        let tuple = |row: Option<&[Value]>| -> Option<ViewTuple> {
+            let values = row?;
+            let included = self
+                .subquery
+                .filter
+                .as_ref()
+                .is_none_or(|f| f.includes(&Row::new(types, values)));
+            included.then(|| {
+                let texts: ViewTuple = self
+                    .subquery
+                    .columns
+                    .iter()
+                    .map(|&i| text(&values[i]))
+                    .collect();
+                normalized(&self.subquery, &texts)
+            })
+        };
+        let (was, is) = (tuple(old), tuple(new));
+        if was == is {
+            return;
+        }
+        if let Some(t) = was {
+            self.count(t, -1);
+        }
+        if let Some(t) = is {
+            self.count(t, 1);
+        }
+    }
+
+    fn count(&mut self, tuple: ViewTuple, by: i64) {
+        let before = self.counts.get(&tuple).copied().unwrap_or(0);
+        self.touched.entry(tuple.clone()).or_insert(before > 0);
+        let after = i64::from(before) + by;
+        assert!(after >= 0, "a subquery tuple counted below zero");
+        match u32::try_from(after) {
+            Ok(0) => {
+                self.counts.remove(&tuple);
+            }
+            Ok(n) => {
+                self.counts.insert(tuple.clone(), n);
+            }
+            Err(_) => unreachable!("counts fit in u32"),
+        }
+        self.undo.push((tuple, by));
+    }
+
+    /// The open transaction committed: the tuples it made appear or disappear.
+    pub fn commit(&mut self) -> Vec<Delta> {
+        self.undo.clear();
+        self.touched
+            .drain()
+            .filter_map(|(tuple, before)| {
+                let now = self.counts.contains_key(&tuple);
+                (now != before).then_some((tuple, now))
+            })
+            .collect()
+    }
+
+    /// The stream lost the open transaction `xid`: its changes are undone (it comes again).
+    pub fn interrupted(&mut self, xid: u32) {
+        if let DepPhase::Seeding(waiting) = &mut self.phase {
+            waiting.retain(|c| c.xid != xid);
+        }
+        for (tuple, by) in std::mem::take(&mut self.undo).into_iter().rev() {
+            let count = self.counts.entry(tuple.clone()).or_insert(0);
+            let restored = i64::from(*count) - by;
+            *count = u32::try_from(restored).expect("undo restores a count");
+            if *count == 0 {
+                self.counts.remove(&tuple);
+            }
+        }
+        self.touched.clear();
+    }
+
+    /// Its rows as of `seen` (each row's tuple, duplicates counted): the changes that waited
+    /// are applied unless `seen` saw them. Returns, per waiting transaction the snapshot did
+    /// not see (in commit order), its xid, commit LSN and the tuples it made appear or
+    /// disappear. `open` is the transaction in progress, whose changes stay pending.
+    pub fn seed(
+        &mut self,
+        types: &RowTypes,
+        rows: Vec<ViewTuple>,
+        seen: PgSnapshot,
+        open: Option<u32>,
+    ) -> Vec<(u32, u64, Vec<Delta>)> {
+        let DepPhase::Seeding(waiting) =
+            std::mem::replace(&mut self.phase, DepPhase::Live(Some(seen)))
+        else {
+            return Vec::new();
+        };
+        for row in rows {
+            *self
+                .counts
+                .entry(normalized(&self.subquery, &row))
+                .or_insert(0) += 1;
+        }
+        let mut out: Vec<(u32, u64, Vec<Delta>)> = Vec::new();
+        let mut current: Option<(u32, u64)> = None;
+        for change in waiting {
+            if current.is_some_and(|(xid, _)| xid != change.xid) {
+                let (xid, lsn) = current.take().expect("checked");
+                out.push((xid, lsn, self.commit()));
+            }
+            current = Some((change.xid, change.lsn));
+            self.apply(
+                types,
+                change.xid,
+                change.lsn,
+                change.old.as_deref(),
+                change.new.as_deref(),
+            );
+        }
+        if let Some((xid, lsn)) = current {
+            if Some(xid) != open {
+                out.push((xid, lsn, self.commit()));
+            }
+        }
+        out.retain(|(_, _, deltas)| !deltas.is_empty());
+        out
+    }
+}
+
+/// The tuples of one subquery a shape's log reflects.
+#[derive(Debug, Clone, Default)]
+pub struct ViewSet {
+    /// Non-null tuples by their key.
+    tuples: HashMap<String, ViewTuple>,
+    /// Tuples with a NULL in them (they never equal anything, but make `NOT IN` NULL).
+    with_null: HashSet<ViewTuple>,
+}
+
+impl ViewSet {
+    /// A set holding `tuples`.
+    pub fn of(tuples: impl IntoIterator<Item = ViewTuple>) -> ViewSet {
+        let mut set = ViewSet::default();
+        for t in tuples {
+            set.insert(t);
+        }
+        set
+    }
+
+    /// Whether it holds `tuple`.
+    pub fn contains(&self, tuple: &ViewTuple) -> bool {
+        match tuple
+            .iter()
+            .map(Option::as_deref)
+            .collect::<Option<Vec<&str>>>()
+        {
+            Some(values) => self.tuples.contains_key(tuple_key(&values).as_ref()),
+            None => self.with_null.contains(tuple),
+        }
+    }
+
+    /// Adds `tuple`; whether it was new.
+    pub fn insert(&mut self, tuple: ViewTuple) -> bool {
+        match tuple
+            .iter()
+            .map(Option::as_deref)
+            .collect::<Option<Vec<&str>>>()
+        {
+            Some(values) => {
+                let key = tuple_key(&values).into_owned();
+                self.tuples.insert(key, tuple).is_none()
+            }
+            None => self.with_null.insert(tuple),
+        }
+    }
+
+    /// Removes `tuple`; whether it was there.
+    pub fn remove(&mut self, tuple: &ViewTuple) -> bool {
+        match tuple
+            .iter()
+            .map(Option::as_deref)
+            .collect::<Option<Vec<&str>>>()
+        {
+            Some(values) => self.tuples.remove(tuple_key(&values).as_ref()).is_some(),
+            None => self.with_null.remove(tuple),
+        }
+    }
+
+    /// Every tuple.
+    pub fn iter(&self) -> impl Iterator<Item = &ViewTuple> {
+        self.tuples.values().chain(self.with_null.iter())
+    }
+
+    /// How many tuples it holds.
+    pub fn len(&self) -> usize {
+        self.tuples.len() + self.with_null.len()
+    }
+}
+
+/// A shape's value sets, as the where clause's evaluation sees them.
+pub struct SetViews<'a>(pub &'a [ViewSet]);
+
+impl Views for SetViews<'_> {
+    fn contains(&self, subquery: usize, values: &[&str]) -> bool {
+        self.0[subquery]
+            .tuples
+            .contains_key(tuple_key(values).as_ref())
+    }
+
+    fn contains_null(&self, subquery: usize) -> bool {
+        !self.0[subquery].with_null.is_empty()
+    }
+
+    fn is_empty(&self, subquery: usize) -> bool {
+        self.0[subquery].len() == 0
+    }
+}
+
+/// A committed transaction's changes to a subquery shape's table, waiting.
+#[derive(Debug)]
+pub struct QueuedTxn {
+    /// Its xid.
+    pub xid: u32,
+    /// Its commit LSN.
+    pub lsn: u64,
+    /// Its changes, in order.
+    pub changes: Vec<QueuedChange>,
+}
+
+/// A change waiting: its OP offset, the old and new row (table layout).
+pub type QueuedChange = (u64, Option<Vec<Value>>, Option<Vec<Value>>);
+
+/// What waits in a subquery shape's queue, in commit order.
+#[derive(Debug)]
+pub enum Event {
+    /// A transaction on the shape's table.
+    Txn(QueuedTxn),
+    /// Tuples of its subqueries that appeared or disappeared in transaction `xid`
+    /// (committed at `lsn`): (subquery index, tuple, present now).
+    Deltas {
+        /// The transaction.
+        xid: u32,
+        /// Its commit LSN.
+        lsn: u64,
+        /// The changes.
+        deltas: Vec<(usize, ViewTuple, bool)>,
+    },
+}
+
+impl Event {
+    /// The commit LSN of the transaction behind it.
+    pub fn lsn(&self) -> u64 {
+        match self {
+            Event::Txn(t) => t.lsn,
+            Event::Deltas { lsn, .. } => *lsn,
+        }
+    }
+}
+
+/// What a subquery shape can do with what arrives.
+#[derive(Debug)]
+pub enum Mode {
+    /// Its value sets are not known yet (its snapshot runs, or it was restored and its
+    /// subqueries are being read): everything waits.
+    Waiting,
+    /// Changes are applied as they arrive.
+    Steady,
+    /// A move-in query runs: transactions wait for its rows to be spliced in.
+    MovingIn(MoveIn),
+}
+
+/// A move-in in flight.
+#[derive(Debug)]
+pub struct MoveIn {
+    /// Which move-in of the shape.
+    pub id: u64,
+    /// The value-set changes it makes: (subquery, tuple, present after).
+    pub changes: Vec<(usize, ViewTuple, bool)>,
+    /// The dependency transactions behind it.
+    pub txids: Vec<u32>,
+    /// The query's result, once it came.
+    pub rows: Option<MoveInRows>,
+}
+
+/// A subquery shape's state in the pipeline; see the module documentation.
+#[derive(Debug)]
+pub struct Subq {
+    /// Per subquery (index into `Where::subqueries`), its dependency.
+    pub deps: Vec<DepKey>,
+    /// Per subquery, whether the where clause uses it under NOT (a tuple joining it takes rows
+    /// out of the shape).
+    pub negated: Vec<bool>,
+    /// Per subquery, the tuples the log reflects.
+    pub views: Vec<ViewSet>,
+    /// What it can do now.
+    pub mode: Mode,
+    /// Transactions and moves waiting, in commit order.
+    pub queue: VecDeque<Event>,
+    /// The transaction in progress while the shape queues: its changes so far.
+    pub open: Option<QueuedTxn>,
+    /// The next move-in's id.
+    pub next_move_in: u64,
+    /// What its slot hashes start with.
+    pub prefix: String,
+    /// Restored from disk: its value sets are from its view file, and it catches up with its
+    /// dependencies once they are read.
+    pub restored: bool,
+}
+
+impl Subq {
+    /// The state of a shape whose value sets are not known yet.
+    pub fn waiting(deps: Vec<DepKey>, negated: Vec<bool>, prefix: String) -> Subq {
+        let views = vec![ViewSet::default(); deps.len()];
+        Subq {
+            deps,
+            negated,
+            views,
+            mode: Mode::Waiting,
+            queue: VecDeque::new(),
+            open: None,
+            next_move_in: 1,
+            prefix,
+            restored: false,
+        }
+    }
+
+    /// Whether what arrives must wait rather than be applied now.
+    pub fn queues(&self) -> bool {
+        !matches!(self.mode, Mode::Steady) || !self.queue.is_empty() || self.open.is_some()
+    }
+
+    /// Queues a change of transaction `xid` (committing at `lsn`).
+    pub fn queue_change(
+        &mut self,
+        xid: u32,
+        lsn: u64,
+        op: u64,
+        old: Option<&[Value]>,
+        new: Option<&[Value]>,
+    ) {
+        let open = self.open.get_or_insert_with(|| QueuedTxn {
+            xid,
+            lsn,
+            changes: Vec::new(),
+        });
+        assert_eq!(open.xid, xid, "changes of one transaction at a time");
+        open.changes
+            .push((op, old.map(<[Value]>::to_vec), new.map(<[Value]>::to_vec)));
+    }
+
+    /// How many transactions wait.
+    pub fn queued_txns(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|e| matches!(e, Event::Txn(_)))
+            .count()
+    }
+
+    /// Queues deltas of transaction `xid` in commit order, after the transaction's own changes
+    /// (as a shape applying them at once does: the changes as they come, the moves at commit).
+    pub fn queue_deltas(&mut self, xid: u32, lsn: u64, deltas: Vec<(usize, ViewTuple, bool)>) {
+        let at = self
+            .queue
+            .iter()
+            .position(|e| e.lsn() > lsn)
+            .unwrap_or(self.queue.len());
+        self.queue.insert(at, Event::Deltas { xid, lsn, deltas });
+    }
+}
