@@ -164,20 +164,32 @@ impl Snapshotter {
             }
             _ => None,
         };
-        let subquery_sql: Vec<String> = filter
+        let mut subquery_sql: Vec<String> = filter
             .iter()
             .flat_map(|f| f.subqueries().iter().map(|s| s.sql.clone()))
             .collect();
+        let top = subquery_sql.len();
+        let seeds = filter
+            .as_ref()
+            .map(subquery::nested_seeds)
+            .unwrap_or_default();
+        subquery_sql.extend(seeds.iter().map(|(_, sql)| sql.clone()));
         let headers = filter
             .as_ref()
             .map(|f| subquery::headers_sql(f, &subquery::tag_prefix(&shape.handle), false));
         let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?
             .with_headers(headers);
-        let (mut snapshot, views) = Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?;
+        let (mut snapshot, mut views) =
+            Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?;
+        let seeds: Vec<_> = seeds
+            .into_iter()
+            .map(|(key, _)| key)
+            .zip(views.split_off(top))
+            .collect();
         let progress = ProgressGauges::new(&self.metrics, shape, snapshot.estimated_rows());
         let visibility = snapshot.info().pg_snapshot.clone();
         self.shapes
-            .snapshot_started(shape, &visibility, views)
+            .snapshot_started(shape, &visibility, views, seeds)
             .await?;
 
         // Rows are encoded here while a blocking thread appends the previous batches to the log.

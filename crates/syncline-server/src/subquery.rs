@@ -6,7 +6,7 @@
 //! move's patterns against either.
 
 use syncline_core::wire;
-use syncline_where::{Row, Views, Where};
+use syncline_where::{Row, Subquery, Views, Where};
 
 /// Electric's stack id when none is configured: the first part of every slot hash.
 pub const STACK_ID: &str = "single_stack";
@@ -76,4 +76,48 @@ pub fn headers_sql(filter: &Where, prefix: &str, move_in: bool) -> String {
         sql.push_str(" || ',\"is_move_in\":true'");
     }
     sql
+}
+
+/// The SQL that seeds a dependency: its subquery's, or, when its where clause has subqueries
+/// of its own (`nested`), every column of every row of its table as text, in the table's
+/// column order (it judges each row again when its own dependencies change).
+pub fn seed_sql(subquery: &Subquery, nested: bool) -> String {
+    if !nested {
+        return subquery.sql.clone();
+    }
+    let relation = &subquery.relation;
+    let columns: Vec<String> = relation
+        .columns
+        .iter()
+        .map(|c| format!("{}::text", syncline_core::sql::quote_ident(&c.name)))
+        .collect();
+    format!(
+        "SELECT {} FROM {}",
+        columns.join(", "),
+        syncline_core::sql::qualified(&relation.schema, &relation.name)
+    )
+}
+
+/// What seeds the nested dependencies of `filter`'s subqueries, in the order they must be
+/// seeded (each after those it reads): (subquery SQL, seeding SQL). Subqueries without nesting
+/// at the top are seeded from their own rows and are not listed.
+pub fn nested_seeds(filter: &Where) -> Vec<(String, String)> {
+    fn walk(subquery: &Subquery, out: &mut Vec<(String, String)>) {
+        let inner = subquery.filter.as_ref().filter(|f| f.has_subqueries());
+        if let Some(inner) = inner {
+            for s in inner.subqueries() {
+                walk(s, out);
+            }
+        }
+        if !out.iter().any(|(key, _)| key == &subquery.sql) {
+            out.push((subquery.sql.clone(), seed_sql(subquery, inner.is_some())));
+        }
+    }
+    let mut out = Vec::new();
+    for s in filter.subqueries() {
+        if s.filter.as_ref().is_some_and(Where::has_subqueries) {
+            walk(s, &mut out);
+        }
+    }
+    out
 }

@@ -270,6 +270,34 @@ async fn not_in_or_and_params_follow_postgres() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_subqueries_move_rows_when_the_innermost_table_changes() {
+    let fx = fixture(&format!(
+        "{SCHEMA}
+        CREATE TABLE org (id int PRIMARY KEY, premium bool NOT NULL);
+        INSERT INTO org VALUES (1, true), (2, false);
+        ALTER TABLE parent ADD COLUMN org_id int;
+        UPDATE parent SET org_id = id % 2 + 1;"
+    ))
+    .await;
+    let filter = "parent_id IN (SELECT id FROM parent WHERE org_id IN (SELECT id FROM org WHERE premium))";
+    let query = format!("table=child&where={}", urlencode(filter));
+    let mut client = Client::start(&fx.http, &base(&fx), &query).await;
+    let steps = [
+        "UPDATE org SET premium = true WHERE id = 2",
+        "UPDATE org SET premium = false WHERE id = 1",
+        "UPDATE parent SET org_id = 1 WHERE id = 3",
+        "BEGIN; UPDATE org SET premium = true WHERE id = 1; INSERT INTO child VALUES (31, 3, false, 'n'); COMMIT",
+        "BEGIN; INSERT INTO org VALUES (3, true); INSERT INTO parent VALUES (6, false, 1, 3); INSERT INTO child VALUES (60, 6, false, 'o'); COMMIT",
+        "DELETE FROM org WHERE id = 3",
+    ];
+    for step in steps {
+        fx.db.batch_execute(step).await.unwrap();
+        let expected = child_ids(&fx.db, filter).await;
+        client.converge(&fx.http, &expected).await;
+    }
+}
+
 fn urlencode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
@@ -347,6 +375,7 @@ async fn subquery_shapes_survive_sigkill_during_moves() {
         "parent_id IN (SELECT id FROM parent WHERE active)",
         "parent_id NOT IN (SELECT id FROM parent WHERE active) AND urgent",
         "parent_id IN (SELECT id FROM parent WHERE value = 1) OR urgent",
+        "parent_id IN (SELECT id FROM parent WHERE value IN (SELECT value FROM parent WHERE active))",
     ];
     let seed: u64 = std::env::var("SYNCLINE_TEST_SEED")
         .ok()

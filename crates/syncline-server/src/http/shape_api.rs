@@ -388,14 +388,6 @@ async fn definition(
                         &ParamErrors::single("experimental_compaction", message),
                     ));
                 }
-                Ok(w)
-                    if w.subqueries()
-                        .iter()
-                        .any(|s| s.filter.as_ref().is_some_and(Where::has_subqueries)) =>
-                {
-                    let message = "subqueries inside subqueries are not supported yet".to_owned();
-                    return Err(invalid(method, &ParamErrors::single("where", message)));
-                }
                 Ok(w) => (Some(w.sql().to_owned()), tables),
                 Err(e) => {
                     return Err(invalid(

@@ -268,13 +268,14 @@ impl Pipeline {
                 handle,
                 visibility,
                 views,
+                seeds,
             } => {
                 if let Some(slot) = self.slot_mut(&handle) {
                     slot.feed.snapshot_started(visibility.clone());
                 }
                 if let Some(&key) = self.by_handle.get(&handle) {
                     if !views.is_empty() {
-                        self.subquery_snapshot_started(key, &visibility, views);
+                        self.subquery_snapshot_started(key, &visibility, views, seeds);
                     }
                 }
             }
@@ -356,7 +357,11 @@ impl Pipeline {
             table.describe(message);
         }
         for (id, dep) in old.deps {
-            table.dep_router.add(id, dep.filter());
+            if dep.is_nested() {
+                table.unrouted_deps.insert(id);
+            } else {
+                table.dep_router.add(id, dep.filter());
+            }
             table.deps.insert(id, dep);
         }
         let mut broken = Vec::new();
@@ -542,7 +547,9 @@ impl Pipeline {
             (Some(old), None) => Change::Delete(old),
             (None, None) => return,
         };
-        for dep_id in table.dep_router.affected(&change) {
+        let mut deps = table.dep_router.affected(&change);
+        deps.extend(table.unrouted_deps.iter().copied());
+        for dep_id in deps {
             if let Some(dep) = table.deps.get_mut(&dep_id) {
                 dep.apply(
                     &table.types,

@@ -118,6 +118,20 @@ impl Pipeline {
         table.unrouted.insert(id);
     }
 
+    /// How deep a dependency's nesting goes (0: its where clause has no subqueries).
+    fn dep_depth(&self, (oid, id): DepKey) -> usize {
+        self.tables
+            .get(&oid)
+            .and_then(|t| t.deps.get(&id))
+            .map_or(0, |d| {
+                d.nested_deps()
+                    .iter()
+                    .map(|&inner| 1 + self.dep_depth(inner))
+                    .max()
+                    .unwrap_or(0)
+            })
+    }
+
     fn dep_mut(&mut self, (oid, id): DepKey) -> Option<&mut Dep> {
         self.tables.get_mut(&oid)?.deps.get_mut(&id)
     }
@@ -127,6 +141,13 @@ impl Pipeline {
         if let Some(&key) = self.dep_by_sql.get(&sub.sql) {
             return key;
         }
+        // Nesting: its own subqueries' dependencies first.
+        let nested: Vec<DepKey> = sub
+            .filter
+            .iter()
+            .flat_map(|f| f.subqueries())
+            .map(|inner| self.ensure_dep(inner))
+            .collect();
         let oid = sub.relation.oid;
         let id = self.next_id;
         self.next_id += 1;
@@ -139,31 +160,56 @@ impl Pipeline {
                 table.describe(message);
             }
         }
-        table.dep_router.add(id, sub.filter.as_ref());
-        table.deps.insert(id, Dep::new(sub.clone()));
+        if nested.is_empty() {
+            table.dep_router.add(id, sub.filter.as_ref());
+        } else {
+            // It keeps every row of its table.
+            table.unrouted_deps.insert(id);
+        }
+        table.deps.insert(id, Dep::new(sub.clone(), nested.clone()));
         self.dep_by_sql.insert(sub.sql.clone(), (oid, id));
+        for (i, inner) in nested.into_iter().enumerate() {
+            if let Some(d) = self.dep_mut(inner) {
+                d.dep_dependents.insert(((oid, id), i));
+            }
+        }
         (oid, id)
+    }
+
+    /// Removes a dependency nothing uses any more, and then its own unused dependencies.
+    fn drop_dep_if_unused(&mut self, (oid, dep): DepKey) {
+        let Some(table) = self.tables.get_mut(&oid) else {
+            return;
+        };
+        if table
+            .deps
+            .get(&dep)
+            .is_none_or(|d| !d.dependents.is_empty() || !d.dep_dependents.is_empty())
+        {
+            return;
+        }
+        let removed = table.deps.remove(&dep).expect("checked above");
+        self.dep_by_sql.remove(&removed.sql);
+        table.dep_router.remove(dep);
+        table.unrouted_deps.remove(&dep);
+        if table.is_unused() {
+            self.tables.remove(&oid);
+        }
+        for (i, &inner) in removed.nested_deps().iter().enumerate() {
+            if let Some(d) = self.dep_mut(inner) {
+                d.dep_dependents.remove(&((oid, dep), i));
+            }
+            self.drop_dep_if_unused(inner);
+        }
     }
 
     /// A subquery shape is gone: its dependencies forget it, and go when no shape uses them.
     pub(super) fn detach_subquery(&mut self, key: SlotKey, sq: &Subq) {
-        for &(oid, dep) in &sq.deps {
-            let Some(table) = self.tables.get_mut(&oid) else {
-                continue;
-            };
-            let unused = table.deps.get_mut(&dep).is_some_and(|d| {
+        for &dep in &sq.deps {
+            if let Some(d) = self.dep_mut(dep) {
                 d.dependents.remove(&key);
-                d.dependents.is_empty()
-            });
-            if unused {
-                if let Some(d) = table.deps.remove(&dep) {
-                    self.dep_by_sql.remove(&d.sql);
-                }
-                table.dep_router.remove(dep);
-                if table.is_unused() {
-                    self.tables.remove(&oid);
-                }
             }
+            self.drop_dep_if_unused(dep);
         }
         self.holds.remove(&key);
         self.splicing.remove(&key);
@@ -176,7 +222,13 @@ impl Pipeline {
         key: SlotKey,
         visibility: &PgSnapshot,
         views: Vec<Vec<ViewTuple>>,
+        seeds: Vec<(String, Vec<ViewTuple>)>,
     ) {
+        for (sql, rows) in seeds {
+            if let Some(&dep) = self.dep_by_sql.get(&sql) {
+                self.seed_dep(dep, rows, visibility.clone());
+            }
+        }
         let (oid, id) = key;
         let Some(slot) = self.tables.get(&oid).and_then(|t| t.slots.get(&id)) else {
             return;
@@ -210,11 +262,50 @@ impl Pipeline {
         if dep.is_live() {
             return;
         }
-        let txns = dep.seed(&types, rows, visibility, open);
-        let dependents: Vec<SlotKey> = dep.dependents.iter().copied().collect();
+        let inner = dep.nested_deps().to_vec();
+        let views: Vec<ViewSet> = inner
+            .iter()
+            .map(|&d| {
+                self.tables
+                    .get(&d.0)
+                    .and_then(|t| t.deps.get(&d.1))
+                    .map_or_else(ViewSet::default, |d| ViewSet::of(d.tuples().cloned()))
+            })
+            .collect();
+        let table = self.tables.get_mut(&key.0).expect("checked above");
+        let dep = table.deps.get_mut(&key.1).expect("checked above");
+        let txns = dep.seed(&types, rows, views, visibility, open);
         for (xid, lsn, deltas) in txns {
-            for &shape in &dependents {
-                self.deliver_deltas(shape, key, xid, lsn, &deltas);
+            self.propagate(key, xid, lsn, deltas);
+        }
+    }
+
+    /// Hands what a dependency's transaction `xid` changed to the shapes and the nested
+    /// dependencies that use it (whose own changes are handed on in turn).
+    fn propagate(&mut self, key: DepKey, xid: u32, lsn: u64, deltas: Vec<(ViewTuple, bool)>) {
+        let Some(dep) = self.dep_mut(key) else {
+            return;
+        };
+        let shapes: Vec<SlotKey> = dep.dependents.iter().copied().collect();
+        let parents: Vec<(DepKey, usize)> = dep.dep_dependents.iter().copied().collect();
+        for shape in shapes {
+            self.deliver_deltas(shape, key, xid, lsn, &deltas);
+        }
+        for ((oid, id), sub) in parents {
+            let Some(table) = self.tables.get_mut(&oid) else {
+                continue;
+            };
+            let types = table.types.clone();
+            let Some(parent) = table.deps.get_mut(&id) else {
+                continue;
+            };
+            if !parent.is_live() {
+                continue;
+            }
+            parent.nested_changed(&types, sub, &deltas);
+            let changed = parent.commit();
+            if !changed.is_empty() {
+                self.propagate((oid, id), xid, lsn, changed);
             }
         }
     }
@@ -875,10 +966,7 @@ impl Pipeline {
             if deltas.is_empty() {
                 continue;
             }
-            let dependents: Vec<SlotKey> = dep.dependents.iter().copied().collect();
-            for shape in dependents {
-                self.deliver_deltas(shape, dep_key, xid, lsn, &deltas);
-            }
+            self.propagate(dep_key, xid, lsn, deltas);
         }
         self.splice_ready();
     }
@@ -888,16 +976,19 @@ impl Pipeline {
         if !std::mem::take(&mut self.seeding_wanted) {
             return;
         }
-        let sqls: Vec<String> = self
+        // Nested dependencies after their own: each is seeded once those it reads are live.
+        let mut waiting: Vec<(usize, String, String)> = self
             .tables
-            .values()
-            .flat_map(|t| t.deps.values())
-            .filter(|d| !d.is_live())
-            .map(|d| d.sql.clone())
+            .iter()
+            .flat_map(|(&oid, t)| t.deps.iter().map(move |(&id, d)| ((oid, id), d)))
+            .filter(|(_, d)| !d.is_live())
+            .map(|(key, d)| (self.dep_depth(key), d.sql.clone(), d.seed_sql()))
             .collect();
-        if sqls.is_empty() {
+        if waiting.is_empty() {
             return;
         }
+        waiting.sort();
+        let sqls: Vec<(String, String)> = waiting.into_iter().map(|(_, k, q)| (k, q)).collect();
         let shapes = self.shapes.clone();
         tokio::spawn(async move {
             loop {
@@ -948,7 +1039,7 @@ async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<Mov
 /// Reads each subquery's rows, all in one `REPEATABLE READ` snapshot.
 async fn read_dependencies(
     shapes: &Arc<Shapes>,
-    sqls: &[String],
+    sqls: &[(String, String)],
 ) -> Result<(PgSnapshot, Vec<(String, Vec<ViewTuple>)>), PgError> {
     let postgres = shapes.postgres();
     let mut conn = postgres.query_connection("syncline-subqueries").await?;
@@ -964,8 +1055,8 @@ async fn read_dependencies(
         .parse()
         .map_err(|e| PgError::Protocol(format!("{e}")))?;
     let mut out = Vec::with_capacity(sqls.len());
-    for sql in sqls {
-        out.push((sql.clone(), conn.simple_query(sql).await?));
+    for (key, sql) in sqls {
+        out.push((key.clone(), conn.simple_query(sql).await?));
     }
     conn.simple_query("COMMIT").await?;
     Ok((visibility, out))

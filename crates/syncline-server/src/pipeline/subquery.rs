@@ -3,7 +3,8 @@
 //! A [`Dep`] is one distinct subquery (`SELECT c FROM t WHERE w`), kept from the replication
 //! stream and shared by every shape that uses it: the multiset of select-list tuples of the rows
 //! of `t` that satisfy `w`. After each transaction it reports the tuples that appeared or
-//! disappeared.
+//! disappeared. When `w` has subqueries of its own (nesting), the dependency keeps every row of
+//! `t` and the value sets of its own dependencies, and judges its rows again when those change.
 //!
 //! A [`Subq`] is one subquery shape's own state: per subquery, the set of tuples its log
 //! reflects ([`ViewSet`]), and the transactions and moves waiting while it cannot apply them (its
@@ -66,6 +67,24 @@ pub struct Dep {
     undo: Vec<(ViewTuple, i64)>,
     /// The subquery shapes that use it, by table OID and slot id.
     pub dependents: HashSet<(u32, ShapeId)>,
+    /// The nested dependencies that use it, with the index of the subquery it is in theirs.
+    pub dep_dependents: HashSet<(DepKey, usize)>,
+    /// With nesting: its own dependencies' value sets and every row of its table.
+    nested: Option<Nested>,
+}
+
+/// What a dependency whose where clause has subqueries keeps.
+#[derive(Debug, Default)]
+struct Nested {
+    /// Its dependencies, by the index of their subquery in its where clause.
+    deps: Vec<DepKey>,
+    /// Their value sets, as of the last commit.
+    views: Vec<ViewSet>,
+    /// Every row of the table (by key): its values in the table's layout, and the tuple it
+    /// contributes when it satisfies the where clause.
+    rows: HashMap<ViewTuple, (Vec<Value>, Option<ViewTuple>)>,
+    /// Positions of the table's key columns.
+    key: Vec<usize>,
 }
 
 /// Whether a dependency knows its tuples yet.
@@ -89,10 +108,26 @@ struct WaitingChange {
 pub type Delta = (ViewTuple, bool);
 
 impl Dep {
-    /// A dependency keeping `subquery`'s tuples, waiting to be seeded.
-    pub fn new(subquery: Subquery) -> Dep {
+    /// A dependency keeping `subquery`'s tuples, waiting to be seeded; `deps` are the
+    /// dependencies of its own subqueries (nesting), if it has any.
+    pub fn new(subquery: Subquery, deps: Vec<DepKey>) -> Dep {
+        let nested = (!deps.is_empty()).then(|| {
+            let relation = &subquery.relation;
+            Nested {
+                views: vec![ViewSet::default(); deps.len()],
+                deps,
+                rows: HashMap::new(),
+                key: relation
+                    .primary_key()
+                    .iter()
+                    .filter_map(|c| relation.column(&c.name).map(|(i, _)| i))
+                    .collect(),
+            }
+        });
         Dep {
             sql: subquery.sql.clone(),
+            nested,
+            dep_dependents: HashSet::new(),
             subquery,
             counts: HashMap::new(),
             phase: DepPhase::Seeding(Vec::new()),
@@ -105,6 +140,22 @@ impl Dep {
     /// Its where clause (what routes its table's changes to it).
     pub fn filter(&self) -> Option<&Where> {
         self.subquery.filter.as_ref()
+    }
+
+    /// Whether its where clause has subqueries: it is then seeded with every row of its table
+    /// ([`Dep::seed_sql`]) and needs every change of it.
+    pub fn is_nested(&self) -> bool {
+        self.nested.is_some()
+    }
+
+    /// What seeds it: its own SQL, or with nesting every row of its table.
+    pub fn seed_sql(&self) -> String {
+        crate::subquery::seed_sql(&self.subquery, self.is_nested())
+    }
+
+    /// Its nested dependencies (empty without nesting).
+    pub fn nested_deps(&self) -> &[DepKey] {
+        self.nested.as_ref().map_or(&[], |n| &n.deps)
     }
 
     /// Whether it knows its tuples.
@@ -140,6 +191,10 @@ impl Dep {
             DepPhase::Live(seen) if seen.as_ref().is_some_and(|s| s.is_visible(xid)) => return,
             DepPhase::Live(_) => {}
         }
+        if self.nested.is_some() {
+            self.apply_nested(types, old, new);
+            return;
+        }
         let tuple = |row: Option<&[Value]>| -> Option<ViewTuple> {
             let values = row?;
             let included = self
@@ -166,6 +221,83 @@ impl Dep {
         }
         if let Some(t) = is {
             self.count(t, 1);
+        }
+    }
+
+    /// The tuple a row contributes, if it satisfies the where clause (with nesting, judged
+    /// against the nested value sets).
+    fn contribution(&self, types: &RowTypes, values: &[Value]) -> Option<ViewTuple> {
+        let row = Row::new(types, values);
+        let included = match (&self.subquery.filter, &self.nested) {
+            (None, _) => true,
+            (Some(f), Some(n)) => f.includes_in(&row, &SetViews(&n.views)),
+            (Some(f), None) => f.includes(&row),
+        };
+        included.then(|| {
+            let texts: ViewTuple = self
+                .subquery
+                .columns
+                .iter()
+                .map(|&i| text(&values[i]))
+                .collect();
+            normalized(&self.subquery, &texts)
+        })
+    }
+
+    fn row_key(nested: &Nested, values: &[Value]) -> ViewTuple {
+        nested.key.iter().map(|&i| text(&values[i])).collect()
+    }
+
+    fn apply_nested(&mut self, types: &RowTypes, old: Option<&[Value]>, new: Option<&[Value]>) {
+        let nested = self.nested.as_mut().expect("nested");
+        if let Some(old) = old {
+            let key = Self::row_key(nested, old);
+            if let Some((_, Some(t))) = nested.rows.remove(&key) {
+                self.count(t, -1);
+            }
+        }
+        if let Some(new) = new {
+            let contribution = self.contribution(types, new);
+            let nested = self.nested.as_mut().expect("nested");
+            let key = Self::row_key(nested, new);
+            nested
+                .rows
+                .insert(key, (new.to_vec(), contribution.clone()));
+            if let Some(t) = contribution {
+                self.count(t, 1);
+            }
+        }
+    }
+
+    /// One of its nested dependencies (subquery `sub` of its where clause) changed: its rows
+    /// are judged again against the new set.
+    pub fn nested_changed(&mut self, types: &RowTypes, sub: usize, deltas: &[Delta]) {
+        let Some(nested) = self.nested.as_mut() else {
+            return;
+        };
+        for (tuple, present) in deltas {
+            if *present {
+                nested.views[sub].insert(tuple.clone());
+            } else {
+                nested.views[sub].remove(tuple);
+            }
+        }
+        let keys: Vec<ViewTuple> = nested.rows.keys().cloned().collect();
+        for key in keys {
+            let (values, before) = self.nested.as_ref().expect("nested").rows[&key].clone();
+            let after = self.contribution(types, &values);
+            if after == before {
+                continue;
+            }
+            if let Some(t) = before {
+                self.count(t, -1);
+            }
+            if let Some(t) = after.clone() {
+                self.count(t, 1);
+            }
+            if let Some(row) = self.nested.as_mut().expect("nested").rows.get_mut(&key) {
+                row.1 = after;
+            }
         }
     }
 
@@ -218,10 +350,14 @@ impl Dep {
     /// are applied unless `seen` saw them. Returns, per waiting transaction the snapshot did
     /// not see (in commit order), its xid, commit LSN and the tuples it made appear or
     /// disappear. `open` is the transaction in progress, whose changes stay pending.
+    ///
+    /// With nesting, `rows` are every row of the table (all columns, as [`Dep::seed_sql`]
+    /// selects them) and `views` its nested dependencies' sets.
     pub fn seed(
         &mut self,
         types: &RowTypes,
         rows: Vec<ViewTuple>,
+        views: Vec<ViewSet>,
         seen: PgSnapshot,
         open: Option<u32>,
     ) -> Vec<(u32, u64, Vec<Delta>)> {
@@ -230,11 +366,28 @@ impl Dep {
         else {
             return Vec::new();
         };
-        for row in rows {
-            *self
-                .counts
-                .entry(normalized(&self.subquery, &row))
-                .or_insert(0) += 1;
+        if let Some(nested) = self.nested.as_mut() {
+            nested.views = views;
+            for row in rows {
+                let values: Vec<Value> = row
+                    .into_iter()
+                    .map(|t| t.map_or(Value::Null, |t| Value::Text(t.into())))
+                    .collect();
+                let contribution = self.contribution(types, &values);
+                let nested = self.nested.as_mut().expect("nested");
+                let key = Self::row_key(nested, &values);
+                nested.rows.insert(key, (values, contribution.clone()));
+                if let Some(t) = contribution {
+                    *self.counts.entry(t).or_insert(0) += 1;
+                }
+            }
+        } else {
+            for row in rows {
+                *self
+                    .counts
+                    .entry(normalized(&self.subquery, &row))
+                    .or_insert(0) += 1;
+            }
         }
         let mut out: Vec<(u32, u64, Vec<Delta>)> = Vec::new();
         let mut current: Option<(u32, u64)> = None;

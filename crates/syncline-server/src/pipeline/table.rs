@@ -116,6 +116,8 @@ pub struct Table {
     pub dep_router: Router,
     /// The subqueries that read this table.
     pub deps: HashMap<ShapeId, Dep>,
+    /// Nested subqueries that read this table: every change is theirs.
+    pub unrouted_deps: HashSet<ShapeId>,
 }
 
 impl Table {
@@ -130,6 +132,7 @@ impl Table {
             slots: HashMap::new(),
             unrouted: HashSet::new(),
             deps: HashMap::new(),
+            unrouted_deps: HashSet::new(),
         }
     }
 

@@ -39,6 +39,9 @@ pub enum Command {
         visibility: PgSnapshot,
         /// For a subquery shape, each subquery's rows in the same snapshot (else empty).
         views: Vec<Vec<ViewTuple>>,
+        /// For a subquery shape, what seeds each dependency in its tree (by subquery SQL),
+        /// nested ones after those they read.
+        seeds: Vec<(String, Vec<ViewTuple>)>,
     },
     /// A subquery shape's move-in query finished (or failed).
     MoveInDone {

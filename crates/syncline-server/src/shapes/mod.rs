@@ -561,12 +561,14 @@ impl Shapes {
     /// The snapshot of `shape` recorded its visibility: kept in the metadata (a restart skips
     /// the transactions it saw) and told to the pipeline.
     /// A subquery shape's snapshot also gives the rows of each subquery at that instant
-    /// (`views`), the value sets its log starts from.
+    /// (`views`), the value sets its log starts from, and what seeds its nested dependencies
+    /// (`seeds`).
     pub async fn snapshot_started(
         &self,
         shape: &Shape,
         visibility: &PgSnapshot,
         views: Vec<Vec<ViewTuple>>,
+        seeds: Vec<(String, Vec<ViewTuple>)>,
     ) -> Result<(), StepError> {
         self.save_snapshot_state(shape, visibility, false)?;
         shape.set_visibility(visibility.clone());
@@ -574,6 +576,7 @@ impl Shapes {
             handle: shape.handle.clone(),
             visibility: visibility.clone(),
             views,
+            seeds,
         };
         self.send_step(started).await
     }
