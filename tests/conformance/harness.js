@@ -54,18 +54,31 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 
 /**
  * node:test's `test`, but a failure also shows each server's recent output and the client's
- * recent HTTP exchanges.
+ * recent HTTP exchanges. `timeout` (ms) overrides the default of two minutes.
  */
-export function test(name, fn) {
-  return nodeTest(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
+export function test(name, fn, { timeout = TEST_TIMEOUT_MS } = {}) {
+  return nodeTest(name, { timeout }, async (t) => {
     try {
       await fn(t)
     } catch (error) {
       const context = [...stacks].map((s) => s.diagnostics()).join('\n')
-      if (error instanceof Error) error.message += `\n${context}`
-      throw error
+      throw addContext(error, `\n${context}`)
     }
   })
+}
+
+/**
+ * Appends `text` to an error's message, and to its stack where that already holds the message:
+ * node:test reports an AssertionError by its stack, formatted when it was thrown.
+ */
+export function addContext(error, text) {
+  if (!(error instanceof Error)) return error
+  const before = error.message
+  error.message = before + text
+  if (typeof error.stack === 'string' && !error.stack.includes(error.message) && error.stack.includes(before)) {
+    error.stack = error.stack.replace(before, error.message)
+  }
+  return error
 }
 
 /**
@@ -262,7 +275,7 @@ class Stack {
 }
 
 /** A fetch that appends {method, url, body, status, contentType, handle, offset, error} to `log`. */
-function recordingFetch(log) {
+export function recordingFetch(log) {
   return async (input, init = {}) => {
     const entry = {
       method: init.method ?? 'GET',
@@ -296,7 +309,8 @@ function describeExchange(e) {
   return `  ${request}\n    -> ${answer}`
 }
 
-function describeError(e) {
+/** One line for a client error: status, URL and body for a FetchError. */
+export function describeError(e) {
   if (e && typeof e === 'object' && 'status' in e) {
     return `${e.name} ${e.status} ${e.url ?? ''}: ${e.text ?? JSON.stringify(e.json) ?? e.message}`
   }
