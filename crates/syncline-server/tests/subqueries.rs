@@ -280,7 +280,8 @@ async fn nested_subqueries_move_rows_when_the_innermost_table_changes() {
         UPDATE parent SET org_id = id % 2 + 1;"
     ))
     .await;
-    let filter = "parent_id IN (SELECT id FROM parent WHERE org_id IN (SELECT id FROM org WHERE premium))";
+    let filter =
+        "parent_id IN (SELECT id FROM parent WHERE org_id IN (SELECT id FROM org WHERE premium))";
     let query = format!("table=child&where={}", urlencode(filter));
     let mut client = Client::start(&fx.http, &base(&fx), &query).await;
     let steps = [
@@ -295,6 +296,83 @@ async fn nested_subqueries_move_rows_when_the_innermost_table_changes() {
         fx.db.batch_execute(step).await.unwrap();
         let expected = child_ids(&fx.db, filter).await;
         client.converge(&fx.http, &expected).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subsets_of_a_subquery_shape_carry_tags_and_refuse_subqueries() {
+    let fx = fixture(SCHEMA).await;
+    let client = Client::start(&fx.http, &base(&fx), IN_ACTIVE).await;
+    let tag_of = |id: &str| {
+        client
+            .state
+            .rows
+            .values()
+            .find(|r| r.value["id"] == id)
+            .unwrap()
+            .tags[0][0]
+            .clone()
+    };
+    let subset = fx
+        .get(&format!(
+            "{IN_ACTIVE}&offset=-1&subset__where=id%20%3E%2015"
+        ))
+        .await;
+    assert_eq!(subset.status, 200, "{}", subset.body);
+    let data = subset.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{data:?}");
+    assert_eq!(data[0]["value"]["id"], "30");
+    assert_eq!(
+        data[0]["headers"]["tags"],
+        serde_json::json!([tag_of("30")])
+    );
+    assert_eq!(
+        data[0]["headers"]["active_conditions"],
+        serde_json::json!([true])
+    );
+
+    let refused = fx
+        .get(&format!(
+            "{IN_ACTIVE}&offset=-1&subset__where={}",
+            urlencode("id IN (SELECT id FROM parent)")
+        ))
+        .await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(
+        refused.body["errors"]["subset"]["where"],
+        serde_json::json!(["Subqueries are not allowed in subsets"]),
+        "{}",
+        refused.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_or_altered_subquery_table_ends_the_shapes_reading_it() {
+    let fx = fixture(SCHEMA).await;
+    for (step, why) in [
+        ("TRUNCATE parent", "truncated"),
+        // The next change to the table describes it anew.
+        (
+            "ALTER TABLE parent DROP COLUMN active; INSERT INTO parent VALUES (98, 1)",
+            "altered",
+        ),
+    ] {
+        let mut client = Client::start(&fx.http, &base(&fx), IN_ACTIVE).await;
+        fx.db.batch_execute(step).await.unwrap();
+        let mut status = Ok(Vec::new());
+        for _ in 0..10 {
+            status = client.request(&fx.http, true).await;
+            if status.is_err() {
+                break;
+            }
+        }
+        assert_eq!(status.err(), Some(409), "{why} parent table");
+        if why == "truncated" {
+            fx.db
+                .batch_execute("INSERT INTO parent VALUES (1, true, 7), (3, true, 8)")
+                .await
+                .unwrap();
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! appended to their logs; Postgres is told a position is flushed only once every shape log
 //! holding data up to it is durable.
 
+mod deps;
 pub mod encode;
 mod feed;
 mod moves;
@@ -33,6 +34,10 @@ const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
 /// How often an idle pipeline acknowledges the WAL Postgres has decoded past (so WAL written
 /// only to tables without shapes is not retained) and refreshes its gauges.
 const IDLE_TICK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a move-in waiting for its splice point checks the stream's position.
+const SPLICE_POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// Shortest time between two keepalives asked for while a move-in waits for its splice point.
+const KEEPALIVE_REQUEST_INTERVAL: Duration = Duration::from_millis(5);
 
 /// The transaction being decoded.
 struct Txn {
@@ -74,6 +79,11 @@ pub struct Pipeline {
     queueing: HashSet<(u32, ShapeId)>,
     /// Restored subquery shapes wait for their subqueries to be read.
     seeding_wanted: bool,
+    /// A move-in waits to learn that every transaction its query saw was processed: Postgres
+    /// is asked for a keepalive (its decoder's position), at most every
+    /// [`KEEPALIVE_REQUEST_INTERVAL`].
+    keepalive_wanted: bool,
+    last_keepalive_request: Option<Instant>,
 }
 
 /// Why the pipeline stopped.
@@ -130,6 +140,8 @@ impl Pipeline {
             splicing: HashSet::new(),
             queueing: HashSet::new(),
             seeding_wanted: false,
+            keepalive_wanted: false,
+            last_keepalive_request: None,
         }
     }
 
@@ -192,10 +204,18 @@ impl Pipeline {
                     if self.txn.is_none() {
                         self.flush();
                     }
-                    if self.idle_tick() {
+                    if self.idle_tick() || !self.splicing.is_empty() {
                         if let Err(e) = self.stream.send_status(true).await {
                             tracing::debug!(error = %e, "status update failed; the stream reconnects");
                         }
+                    }
+                }
+                // A move-in waiting for its splice point learns of it from a keepalive, which
+                // the stream takes in without an event.
+                _ = tokio::time::sleep(SPLICE_POLL_INTERVAL), if !self.splicing.is_empty() => {
+                    self.splice_ready();
+                    if self.txn.is_none() {
+                        self.flush();
                     }
                 }
                 event = self.stream.next() => {
@@ -209,6 +229,25 @@ impl Pipeline {
                     "stopped: storage full".into(),
                 ));
             }
+            self.request_keepalive().await;
+        }
+    }
+
+    /// Asks Postgres for a keepalive if a move-in waits for one (see `keepalive_wanted`).
+    async fn request_keepalive(&mut self) {
+        if !std::mem::take(&mut self.keepalive_wanted) {
+            return;
+        }
+        if self
+            .last_keepalive_request
+            .is_some_and(|t| t.elapsed() < KEEPALIVE_REQUEST_INTERVAL)
+        {
+            // The tick asks again while the move-in waits.
+            return;
+        }
+        self.last_keepalive_request = Some(Instant::now());
+        if let Err(e) = self.stream.send_status(true).await {
+            tracing::debug!(error = %e, "status update failed; the stream reconnects");
         }
     }
 
@@ -442,9 +481,19 @@ impl Pipeline {
                     self.shapes.refresh_table(oid);
                 }
                 if let Some(table) = self.tables.get_mut(&oid) {
+                    let renamed = message.schema != table.relation.schema
+                        || message.name != table.relation.name;
                     let broken = table.describe(&message);
+                    let broken_deps = if renamed {
+                        table.deps.keys().copied().collect()
+                    } else {
+                        table.broken_deps()
+                    };
                     for id in broken {
                         self.remove_invalid(oid, id, "the table's columns changed");
+                    }
+                    for dep in broken_deps {
+                        self.remove_dep_users((oid, dep), "a table its subquery reads changed");
                     }
                 }
                 self.relations.insert(oid, message);
@@ -471,20 +520,14 @@ impl Pipeline {
                         self.remove_invalid(oid, id, "the table was truncated");
                     }
                     // Shapes whose subqueries read the table cannot tell which rows left.
-                    let dependents: Vec<(u32, ShapeId)> = self
+                    let deps: Vec<ShapeId> = self
                         .tables
                         .get(&oid)
-                        .map(|t| {
-                            t.deps
-                                .values()
-                                .flat_map(|d| d.dependents.iter().copied())
-                                .collect()
-                        })
+                        .map(|t| t.deps.keys().copied().collect())
                         .unwrap_or_default();
-                    for (shape_oid, id) in dependents {
-                        self.remove_invalid(
-                            shape_oid,
-                            id,
+                    for dep in deps {
+                        self.remove_dep_users(
+                            (oid, dep),
                             "a table its subquery reads was truncated",
                         );
                     }

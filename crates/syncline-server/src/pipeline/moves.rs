@@ -1,5 +1,5 @@
-//! How the pipeline runs subquery shapes: their dependencies kept from the stream, the moves
-//! their changes cause, and move-ins spliced into the log.
+//! How the pipeline runs subquery shapes: the moves their dependencies' changes cause (see
+//! `deps.rs` for the dependencies), and move-ins spliced into the log.
 //!
 //! A tuple leaving a subquery a shape uses positively (or joining one it uses under NOT) is a
 //! **move-out**: one control message, no rows; clients drop the rows that no longer match.
@@ -13,31 +13,29 @@
 
 use std::sync::Arc;
 
-use syncline_core::{wire, LogOffset, PgSnapshot};
+use syncline_core::{wire, LogOffset};
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
 use syncline_pg::PgError;
 use syncline_storage::{Message, Operation};
 use syncline_where::{PositionKind, ShapeId, Where};
 
 use super::encode::ChangeContext;
-use super::subquery::{
-    normalized, Dep, DepKey, Event, Mode, MoveIn, QueuedTxn, Subq, ViewSet, QUEUED_TXNS_MAX,
-};
+use super::subquery::{DepKey, Event, Mode, MoveIn, QueuedTxn, Subq, ViewSet, QUEUED_TXNS_MAX};
 use super::table::Table;
 use super::{Pipeline, WriterLog};
 use crate::shapes::{Command, MoveInRows, Shape, Shapes, ViewRecord, ViewTuple};
-use crate::subquery::{headers_sql, tag_prefix};
+use crate::subquery::headers_sql;
 
 /// A slot: its table's OID and its id there.
 type SlotKey = (u32, ShapeId);
 
 /// The subquery shape's where clause (it has one).
-fn filter_of(table: &Table, id: ShapeId) -> Option<&Where> {
+pub(super) fn filter_of(table: &Table, id: ShapeId) -> Option<&Where> {
     table.slots.get(&id)?.filter.as_ref()
 }
 
 /// The offset of the log's last commit (`0_0` for an empty log).
-fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
+pub(super) fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
     let last =
         tokio::task::block_in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
     Ok(last.unwrap_or(LogOffset::new(0, 0)))
@@ -45,7 +43,7 @@ fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
 
 /// The next offset after the log's last commit: where a move's messages go (`1_0` after the
 /// snapshot, as Electric's `0_inf` + 1).
-fn next_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
+pub(super) fn next_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
     let last = last_offset(shape)?;
     Ok(if last.tx > 0 {
         LogOffset::new(last.tx, last.op + 1)
@@ -55,294 +53,15 @@ fn next_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
 }
 
 /// A tuple's texts, if none is NULL.
-fn texts(tuple: &ViewTuple) -> Option<Vec<&str>> {
+pub(super) fn texts(tuple: &ViewTuple) -> Option<Vec<&str>> {
     tuple.iter().map(Option::as_deref).collect()
 }
 
 impl Pipeline {
-    /// Sets up a subquery shape just added: its dependencies (created if new, seeded by its
-    /// snapshot or, restored, by a query of their own), and its value sets: unknown until its
-    /// snapshot starts, or as its view file says for a restored shape.
-    pub(super) fn attach_subquery(&mut self, key: SlotKey, restored: bool) {
-        let (oid, id) = key;
-        let Some(filter) = self
-            .tables
-            .get(&oid)
-            .and_then(|t| filter_of(t, id))
-            .cloned()
-        else {
-            return;
-        };
-        if !filter.has_subqueries() {
-            return;
-        }
-        let mut deps = Vec::new();
-        for sub in filter.subqueries() {
-            let dep = self.ensure_dep(sub);
-            if let Some(d) = self.dep_mut(dep) {
-                d.dependents.insert(key);
-            }
-            deps.push(dep);
-        }
-        let mut negated = vec![false; deps.len()];
-        for position in &filter.dnf().positions {
-            if let PositionKind::Subquery { subquery, .. } = position.kind {
-                negated[subquery] = position.negated;
-            }
-        }
-        let shape = self.tables[&oid].slots[&id].shape.clone();
-        let mut sq = Subq::waiting(deps, negated, tag_prefix(&shape.handle));
-        if restored {
-            let views = last_offset(&shape).and_then(|end| {
-                tokio::task::block_in_place(|| self.shapes.load_views(&shape, sq.deps.len(), end))
-                    .map_err(|e| syncline_storage::StorageError::Io {
-                        path: shape.handle.clone().into(),
-                        source: e,
-                    })
-            });
-            match views {
-                Ok(views) => {
-                    sq.views = views.into_iter().map(ViewSet::of).collect();
-                    sq.restored = true;
-                }
-                Err(e) => {
-                    self.remove_invalid(oid, id, &format!("subquery state unreadable: {e}"));
-                    return;
-                }
-            }
-            self.seeding_wanted = true;
-        }
-        let table = self.tables.get_mut(&oid).expect("the slot's table");
-        let slot = table.slots.get_mut(&id).expect("the slot");
-        slot.subquery = Some(sq);
-        table.unrouted.insert(id);
-    }
-
-    /// How deep a dependency's nesting goes (0: its where clause has no subqueries).
-    fn dep_depth(&self, (oid, id): DepKey) -> usize {
-        self.tables
-            .get(&oid)
-            .and_then(|t| t.deps.get(&id))
-            .map_or(0, |d| {
-                d.nested_deps()
-                    .iter()
-                    .map(|&inner| 1 + self.dep_depth(inner))
-                    .max()
-                    .unwrap_or(0)
-            })
-    }
-
-    fn dep_mut(&mut self, (oid, id): DepKey) -> Option<&mut Dep> {
-        self.tables.get_mut(&oid)?.deps.get_mut(&id)
-    }
-
-    /// The dependency for subquery `sub`, made (seeding) if no shape uses it yet.
-    fn ensure_dep(&mut self, sub: &syncline_where::Subquery) -> DepKey {
-        if let Some(&key) = self.dep_by_sql.get(&sub.sql) {
-            return key;
-        }
-        // Nesting: its own subqueries' dependencies first.
-        let nested: Vec<DepKey> = sub
-            .filter
-            .iter()
-            .flat_map(|f| f.subqueries())
-            .map(|inner| self.ensure_dep(inner))
-            .collect();
-        let oid = sub.relation.oid;
-        let id = self.next_id;
-        self.next_id += 1;
-        let table = self
-            .tables
-            .entry(oid)
-            .or_insert_with(|| Table::new(sub.relation.clone()));
-        if table.layout.is_none() {
-            if let Some(message) = self.relations.get(&oid) {
-                table.describe(message);
-            }
-        }
-        if nested.is_empty() {
-            table.dep_router.add(id, sub.filter.as_ref());
-        } else {
-            // It keeps every row of its table.
-            table.unrouted_deps.insert(id);
-        }
-        table.deps.insert(id, Dep::new(sub.clone(), nested.clone()));
-        self.dep_by_sql.insert(sub.sql.clone(), (oid, id));
-        for (i, inner) in nested.into_iter().enumerate() {
-            if let Some(d) = self.dep_mut(inner) {
-                d.dep_dependents.insert(((oid, id), i));
-            }
-        }
-        (oid, id)
-    }
-
-    /// Removes a dependency nothing uses any more, and then its own unused dependencies.
-    fn drop_dep_if_unused(&mut self, (oid, dep): DepKey) {
-        let Some(table) = self.tables.get_mut(&oid) else {
-            return;
-        };
-        if table
-            .deps
-            .get(&dep)
-            .is_none_or(|d| !d.dependents.is_empty() || !d.dep_dependents.is_empty())
-        {
-            return;
-        }
-        let removed = table.deps.remove(&dep).expect("checked above");
-        self.dep_by_sql.remove(&removed.sql);
-        table.dep_router.remove(dep);
-        table.unrouted_deps.remove(&dep);
-        if table.is_unused() {
-            self.tables.remove(&oid);
-        }
-        for (i, &inner) in removed.nested_deps().iter().enumerate() {
-            if let Some(d) = self.dep_mut(inner) {
-                d.dep_dependents.remove(&((oid, dep), i));
-            }
-            self.drop_dep_if_unused(inner);
-        }
-    }
-
-    /// A subquery shape is gone: its dependencies forget it, and go when no shape uses them.
-    pub(super) fn detach_subquery(&mut self, key: SlotKey, sq: &Subq) {
-        for &dep in &sq.deps {
-            if let Some(d) = self.dep_mut(dep) {
-                d.dependents.remove(&key);
-            }
-            self.drop_dep_if_unused(dep);
-        }
-        self.holds.remove(&key);
-        self.splicing.remove(&key);
-    }
-
-    /// A subquery shape's snapshot started: its value sets are those rows, and a dependency
-    /// still seeding is seeded by them.
-    pub(super) fn subquery_snapshot_started(
-        &mut self,
-        key: SlotKey,
-        visibility: &PgSnapshot,
-        views: Vec<Vec<ViewTuple>>,
-        seeds: Vec<(String, Vec<ViewTuple>)>,
-    ) {
-        for (sql, rows) in seeds {
-            if let Some(&dep) = self.dep_by_sql.get(&sql) {
-                self.seed_dep(dep, rows, visibility.clone());
-            }
-        }
-        let (oid, id) = key;
-        let Some(slot) = self.tables.get(&oid).and_then(|t| t.slots.get(&id)) else {
-            return;
-        };
-        let (Some(sq), Some(filter)) = (slot.subquery.as_ref(), slot.filter.as_ref()) else {
-            return;
-        };
-        let deps = sq.deps.clone();
-        let subqueries = filter.subqueries().to_vec();
-        assert_eq!(deps.len(), views.len(), "a set of rows per subquery");
-        for (i, (dep, rows)) in deps.iter().zip(views).enumerate() {
-            let set = ViewSet::of(rows.iter().map(|t| normalized(&subqueries[i], t)));
-            if let Some(sq) = self.subq_mut(key) {
-                sq.views[i] = set;
-            }
-            self.seed_dep(*dep, rows, visibility.clone());
-        }
-    }
-
-    /// Seeds a dependency still seeding with `rows` as of `visibility`, and hands its shapes
-    /// what the changes that waited made appear or disappear.
-    fn seed_dep(&mut self, key: DepKey, rows: Vec<ViewTuple>, visibility: PgSnapshot) {
-        let open = self.txn.as_ref().map(|t| t.xid);
-        let Some(table) = self.tables.get_mut(&key.0) else {
-            return;
-        };
-        let types = table.types.clone();
-        let Some(dep) = table.deps.get_mut(&key.1) else {
-            return;
-        };
-        if dep.is_live() {
-            return;
-        }
-        let inner = dep.nested_deps().to_vec();
-        let views: Vec<ViewSet> = inner
-            .iter()
-            .map(|&d| {
-                self.tables
-                    .get(&d.0)
-                    .and_then(|t| t.deps.get(&d.1))
-                    .map_or_else(ViewSet::default, |d| ViewSet::of(d.tuples().cloned()))
-            })
-            .collect();
-        let table = self.tables.get_mut(&key.0).expect("checked above");
-        let dep = table.deps.get_mut(&key.1).expect("checked above");
-        let txns = dep.seed(&types, rows, views, visibility, open);
-        for (xid, lsn, deltas) in txns {
-            self.propagate(key, xid, lsn, deltas);
-        }
-    }
-
-    /// Hands what a dependency's transaction `xid` changed to the shapes and the nested
-    /// dependencies that use it (whose own changes are handed on in turn).
-    fn propagate(&mut self, key: DepKey, xid: u32, lsn: u64, deltas: Vec<(ViewTuple, bool)>) {
-        let Some(dep) = self.dep_mut(key) else {
-            return;
-        };
-        let shapes: Vec<SlotKey> = dep.dependents.iter().copied().collect();
-        let parents: Vec<(DepKey, usize)> = dep.dep_dependents.iter().copied().collect();
-        for shape in shapes {
-            self.deliver_deltas(shape, key, xid, lsn, &deltas);
-        }
-        for ((oid, id), sub) in parents {
-            let Some(table) = self.tables.get_mut(&oid) else {
-                continue;
-            };
-            let types = table.types.clone();
-            let Some(parent) = table.deps.get_mut(&id) else {
-                continue;
-            };
-            if !parent.is_live() {
-                continue;
-            }
-            parent.nested_changed(&types, sub, &deltas);
-            let changed = parent.commit();
-            if !changed.is_empty() {
-                self.propagate((oid, id), xid, lsn, changed);
-            }
-        }
-    }
-
-    /// Subqueries of restored shapes were read: they are seeded, and the restored shapes whose
-    /// dependencies are all live catch up with them.
-    pub(super) fn dependencies_seeded(
-        &mut self,
-        visibility: PgSnapshot,
-        rows: Vec<(String, Vec<ViewTuple>)>,
-    ) {
-        for (sql, rows) in rows {
-            if let Some(&key) = self.dep_by_sql.get(&sql) {
-                self.seed_dep(key, rows, visibility.clone());
-            }
-        }
-        let restored: Vec<SlotKey> = self
-            .tables
-            .iter()
-            .flat_map(|(&oid, t)| {
-                t.slots.iter().filter_map(move |(&id, s)| {
-                    s.subquery
-                        .as_ref()
-                        .is_some_and(|sq| sq.restored && matches!(sq.mode, Mode::Waiting))
-                        .then_some((oid, id))
-                })
-            })
-            .collect();
-        for key in restored {
-            self.resume_restored(key);
-        }
-    }
-
     /// A restored shape whose dependencies are live: its value sets are brought to theirs with
     /// moves (no transaction ids: the changes behind them are not known), then what waited is
     /// applied.
-    fn resume_restored(&mut self, key: SlotKey) {
+    pub(super) fn resume_restored(&mut self, key: SlotKey) {
         let (oid, id) = key;
         let Some(deps) = self.subq_mut(key).map(|sq| sq.deps.clone()) else {
             return;
@@ -435,7 +154,7 @@ impl Pipeline {
         self.drain(key);
     }
 
-    fn subq_mut(&mut self, (oid, id): SlotKey) -> Option<&mut Subq> {
+    pub(super) fn subq_mut(&mut self, (oid, id): SlotKey) -> Option<&mut Subq> {
         self.tables
             .get_mut(&oid)?
             .slots
@@ -477,7 +196,7 @@ impl Pipeline {
     /// Applies value-set changes (subquery, tuple, present now) caused by transactions
     /// `txids`: move-outs at once, move-ins by a query (the shape then queues until its rows
     /// are spliced in).
-    fn apply_moves(
+    pub(super) fn apply_moves(
         &mut self,
         key: SlotKey,
         txids: Vec<u32>,
@@ -510,7 +229,7 @@ impl Pipeline {
     }
 
     /// The move patterns for value-set changes: one per position of the subquery and tuple.
-    fn patterns(
+    pub(super) fn patterns(
         filter: &Where,
         prefix: &str,
         changes: &[(usize, ViewTuple, bool)],
@@ -531,7 +250,7 @@ impl Pipeline {
     }
 
     /// Records value-set changes and updates the shape's sets (and its routing).
-    fn adopt(
+    pub(super) fn adopt(
         &mut self,
         key: SlotKey,
         at: LogOffset,
@@ -574,7 +293,7 @@ impl Pipeline {
         Ok(())
     }
 
-    fn move_out(
+    pub(super) fn move_out(
         &mut self,
         key: SlotKey,
         txids: &[u32],
@@ -627,7 +346,7 @@ impl Pipeline {
 
     /// Starts the query for the rows value-set `changes` bring into the shape; the shape
     /// queues until they are spliced in.
-    fn start_move_in(
+    pub(super) fn start_move_in(
         &mut self,
         key: SlotKey,
         txids: Vec<u32>,
@@ -729,7 +448,7 @@ impl Pipeline {
     }
 
     /// Whether every transaction committed before `wal_lsn` has been processed.
-    fn processed_through(&self, wal_lsn: u64) -> bool {
+    pub(super) fn processed_through(&self, wal_lsn: u64) -> bool {
         self.last_end.0 >= wal_lsn
             || self.txn.as_ref().is_some_and(|t| t.lsn >= wal_lsn)
             || (self.txn.is_none() && self.stream.server_wal_end().0 >= wal_lsn)
@@ -748,7 +467,7 @@ impl Pipeline {
     /// Splices a finished move-in if its point is known: the waiting transactions its query
     /// saw (up to the first it did not see, or the first move), then its rows; returns whether
     /// it did (or the shape is gone).
-    fn try_splice(&mut self, key: SlotKey) -> bool {
+    pub(super) fn try_splice(&mut self, key: SlotKey) -> bool {
         let Some(sq) = self.subq_mut(key) else {
             return true;
         };
@@ -769,7 +488,11 @@ impl Pipeline {
             None if self.processed_through(wal_lsn) => {
                 self.subq_mut(key).map_or(0, |sq| sq.queue.len())
             }
-            None => return false,
+            None => {
+                // Postgres tells how far its decoder is only in keepalives.
+                self.keepalive_wanted = true;
+                return false;
+            }
         };
         for _ in 0..point {
             let Some(Event::Txn(txn)) = self.subq_mut(key).and_then(|sq| sq.queue.pop_front())
@@ -793,7 +516,11 @@ impl Pipeline {
     }
 
     /// Appends a move-in: its event, its rows and `snapshot-end`, one commit.
-    fn append_move_in(&mut self, key: SlotKey, move_in: MoveIn) -> syncline_storage::Result<()> {
+    pub(super) fn append_move_in(
+        &mut self,
+        key: SlotKey,
+        move_in: MoveIn,
+    ) -> syncline_storage::Result<()> {
         let (oid, id) = key;
         let slot = &self.tables[&oid].slots[&id];
         let shape = slot.shape.clone();
@@ -898,7 +625,7 @@ impl Pipeline {
     }
 
     /// A queued transaction of the shape's table, applied with the value sets as they are.
-    fn apply_queued(&mut self, key: SlotKey, txn: QueuedTxn) {
+    pub(super) fn apply_queued(&mut self, key: SlotKey, txn: QueuedTxn) {
         let (oid, id) = key;
         let Some(table) = self.tables.get_mut(&oid) else {
             return;
@@ -970,42 +697,6 @@ impl Pipeline {
         }
         self.splice_ready();
     }
-
-    /// Starts reading the subqueries of restored shapes, in one snapshot.
-    pub(super) fn seed_restored(&mut self) {
-        if !std::mem::take(&mut self.seeding_wanted) {
-            return;
-        }
-        // Nested dependencies after their own: each is seeded once those it reads are live.
-        let mut waiting: Vec<(usize, String, String)> = self
-            .tables
-            .iter()
-            .flat_map(|(&oid, t)| t.deps.iter().map(move |(&id, d)| ((oid, id), d)))
-            .filter(|(_, d)| !d.is_live())
-            .map(|(key, d)| (self.dep_depth(key), d.sql.clone(), d.seed_sql()))
-            .collect();
-        if waiting.is_empty() {
-            return;
-        }
-        waiting.sort();
-        let sqls: Vec<(String, String)> = waiting.into_iter().map(|(_, k, q)| (k, q)).collect();
-        let shapes = self.shapes.clone();
-        tokio::spawn(async move {
-            loop {
-                match read_dependencies(&shapes, &sqls).await {
-                    Ok((visibility, rows)) => {
-                        let seeded = Command::DependenciesSeeded { visibility, rows };
-                        let _ = shapes.commands().send(seeded).await;
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading the subqueries of restored shapes failed; retrying");
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    }
-                }
-            }
-        });
-    }
 }
 
 /// Runs a move-in query: its snapshot and its rows' messages.
@@ -1034,30 +725,4 @@ async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<Mov
         wal_lsn: info.wal_lsn.0,
         rows,
     })
-}
-
-/// Reads each subquery's rows, all in one `REPEATABLE READ` snapshot.
-async fn read_dependencies(
-    shapes: &Arc<Shapes>,
-    sqls: &[(String, String)],
-) -> Result<(PgSnapshot, Vec<(String, Vec<ViewTuple>)>), PgError> {
-    let postgres = shapes.postgres();
-    let mut conn = postgres.query_connection("syncline-subqueries").await?;
-    let rows = conn
-        .simple_query(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_current_snapshot()::text",
-        )
-        .await?;
-    let visibility: PgSnapshot = rows
-        .first()
-        .and_then(|r| r.first().cloned().flatten())
-        .ok_or_else(|| PgError::Protocol("no snapshot row".into()))?
-        .parse()
-        .map_err(|e| PgError::Protocol(format!("{e}")))?;
-    let mut out = Vec::with_capacity(sqls.len());
-    for (key, sql) in sqls {
-        out.push((key.clone(), conn.simple_query(sql).await?));
-    }
-    conn.simple_query("COMMIT").await?;
-    Ok((visibility, out))
 }

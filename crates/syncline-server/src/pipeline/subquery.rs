@@ -153,6 +153,22 @@ impl Dep {
         crate::subquery::seed_sql(&self.subquery, self.is_nested())
     }
 
+    /// The columns of its table it reads, by name (every column with nesting: it keeps rows).
+    pub fn needed_columns(&self) -> Vec<String> {
+        let relation = &self.subquery.relation;
+        if self.is_nested() {
+            return relation.columns.iter().map(|c| c.name.clone()).collect();
+        }
+        let filter_columns = self.subquery.filter.iter().flat_map(|f| f.columns());
+        self.subquery
+            .columns
+            .iter()
+            .copied()
+            .chain(filter_columns)
+            .map(|i| relation.columns[i].name.clone())
+            .collect()
+    }
+
     /// Its nested dependencies (empty without nesting).
     pub fn nested_deps(&self) -> &[DepKey] {
         self.nested.as_ref().map_or(&[], |n| &n.deps)

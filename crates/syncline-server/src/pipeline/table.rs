@@ -195,6 +195,25 @@ impl Table {
         broken
     }
 
+    /// The subqueries reading this table that its layout (as last described) no longer
+    /// serves: a column they read is gone or changed.
+    pub fn broken_deps(&self) -> Vec<ShapeId> {
+        let Some(layout) = &self.layout else {
+            return Vec::new();
+        };
+        self.deps
+            .iter()
+            .filter(|(_, dep)| {
+                dep.needed_columns().iter().any(|name| {
+                    self.relation
+                        .column(name)
+                        .is_none_or(|(i, _)| layout[i].is_none())
+                })
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
     /// A pgoutput tuple in the table's layout (gone columns read as NULL).
     pub fn project(&self, tuple: Vec<Value>) -> Vec<Value> {
         match &self.layout {
