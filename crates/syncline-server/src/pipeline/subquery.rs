@@ -670,3 +670,200 @@ impl Subq {
         self.queue.insert(at, Event::Deltas { xid, lsn, deltas });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
+    use syncline_where::TableRef;
+
+    use super::*;
+
+    fn relation(name: &str, oid: u32, columns: &[(&str, &str)]) -> RelationDesc {
+        RelationDesc {
+            oid,
+            schema: "public".into(),
+            name: name.into(),
+            columns: columns
+                .iter()
+                .enumerate()
+                .map(|(i, (column, ty))| ColumnDesc {
+                    name: (*column).into(),
+                    pg_type: PgType {
+                        oid: 0,
+                        name: (*ty).into(),
+                        kind: TypeKind::Base,
+                    },
+                    type_mod: -1,
+                    not_null: false,
+                    pk_index: (i == 0).then_some(0),
+                    array_dims: 0,
+                })
+                .collect(),
+            replica_identity: ReplicaIdentity::Full,
+        }
+    }
+
+    fn parent() -> RelationDesc {
+        relation(
+            "parent",
+            1,
+            &[("id", "int4"), ("active", "bool"), ("org_id", "int4")],
+        )
+    }
+
+    fn org() -> RelationDesc {
+        relation("org", 2, &[("id", "int4"), ("premium", "bool")])
+    }
+
+    /// The subqueries of `text` on a child table reading `parent` and `org`.
+    fn subquery(text: &str) -> Subquery {
+        let child = relation("child", 3, &[("id", "int4"), ("parent_id", "int4")]);
+        let tables = |t: &TableRef| match t.name.as_str() {
+            "parent" => Some(parent()),
+            "org" => Some(org()),
+            _ => None,
+        };
+        let w = Where::with_tables(text, &child, &[], &tables).expect(text);
+        w.subqueries()[0].clone()
+    }
+
+    fn row(values: &[Option<&str>]) -> Vec<Value> {
+        values
+            .iter()
+            .map(|v| v.map_or(Value::Null, |t| Value::Text(t.to_owned().into())))
+            .collect()
+    }
+
+    fn tuple(v: &str) -> ViewTuple {
+        vec![Some(v.to_owned())]
+    }
+
+    fn seen_nothing() -> PgSnapshot {
+        "100:100:".parse().unwrap()
+    }
+
+    fn live(text: &str) -> (Dep, RowTypes) {
+        let mut dep = Dep::new(subquery(text), Vec::new());
+        let types = RowTypes::of(&parent());
+        dep.seed(&types, Vec::new(), Vec::new(), seen_nothing(), None);
+        (dep, types)
+    }
+
+    #[test]
+    fn a_tuple_appears_and_disappears_when_its_count_crosses_zero() {
+        let (mut dep, types) = live("parent_id IN (SELECT org_id FROM parent WHERE active)");
+        let a = row(&[Some("1"), Some("t"), Some("7")]);
+        let b = row(&[Some("2"), Some("t"), Some("7")]);
+        dep.apply(&types, 200, 10, None, Some(&a));
+        dep.apply(&types, 200, 10, None, Some(&b));
+        assert_eq!(dep.commit(), vec![(tuple("7"), true)]);
+        dep.apply(&types, 201, 20, Some(&a), None);
+        assert_eq!(dep.commit(), vec![], "another row still gives 7");
+        let b_off = row(&[Some("2"), Some("f"), Some("7")]);
+        dep.apply(&types, 202, 30, Some(&b), Some(&b_off));
+        assert_eq!(dep.commit(), vec![(tuple("7"), false)]);
+    }
+
+    #[test]
+    fn an_in_and_out_in_one_transaction_cancel() {
+        let (mut dep, types) = live("parent_id IN (SELECT id FROM parent WHERE active)");
+        let on = row(&[Some("1"), Some("t"), None]);
+        let off = row(&[Some("1"), Some("f"), None]);
+        dep.apply(&types, 200, 10, None, Some(&on));
+        dep.apply(&types, 200, 10, Some(&on), Some(&off));
+        assert_eq!(dep.commit(), vec![]);
+        // A primary-key change moves the tuple: the old one goes, the new one comes.
+        dep.apply(&types, 201, 20, None, Some(&on));
+        dep.commit();
+        let moved = row(&[Some("2"), Some("t"), None]);
+        dep.apply(&types, 202, 30, Some(&on), Some(&moved));
+        let mut deltas = dep.commit();
+        deltas.sort();
+        assert_eq!(deltas, vec![(tuple("1"), false), (tuple("2"), true)]);
+    }
+
+    #[test]
+    fn a_lost_transaction_is_undone_and_a_seed_skips_what_it_saw() {
+        let (mut dep, types) = live("parent_id IN (SELECT id FROM parent WHERE active)");
+        let on = row(&[Some("1"), Some("t"), None]);
+        dep.apply(&types, 200, 10, None, Some(&on));
+        dep.interrupted(200);
+        assert_eq!(dep.commit(), vec![]);
+        assert_eq!(dep.tuples().count(), 0);
+
+        let mut seeding = Dep::new(
+            subquery("parent_id IN (SELECT id FROM parent WHERE active)"),
+            Vec::new(),
+        );
+        // Transaction 90 was seen by the seed (its row is in the seed's rows); 150 was not.
+        seeding.apply(&types, 90, 5, None, Some(&on));
+        let two = row(&[Some("2"), Some("t"), None]);
+        seeding.apply(&types, 150, 6, None, Some(&two));
+        let after = seeding.seed(
+            &types,
+            vec![tuple("1")],
+            Vec::new(),
+            "100:100:".parse().unwrap(),
+            None,
+        );
+        assert_eq!(after, vec![(150, 6, vec![(tuple("2"), true)])]);
+        let mut all: Vec<&ViewTuple> = seeding.tuples().collect();
+        all.sort();
+        assert_eq!(all, vec![&tuple("1"), &tuple("2")]);
+    }
+
+    #[test]
+    fn a_nested_dependency_judges_its_rows_again_when_its_own_changes() {
+        let sub = subquery(
+            "parent_id IN (SELECT id FROM parent WHERE org_id IN (SELECT id FROM org WHERE premium))",
+        );
+        let mut dep = Dep::new(sub, vec![(2, 99)]);
+        let types = RowTypes::of(&parent());
+        let rows = vec![
+            vec![
+                Some("1".to_owned()),
+                Some("t".to_owned()),
+                Some("7".to_owned()),
+            ],
+            vec![
+                Some("2".to_owned()),
+                Some("t".to_owned()),
+                Some("8".to_owned()),
+            ],
+        ];
+        dep.seed(
+            &types,
+            rows,
+            vec![ViewSet::of([tuple("7")])],
+            seen_nothing(),
+            None,
+        );
+        assert_eq!(dep.tuples().collect::<Vec<_>>(), vec![&tuple("1")]);
+        dep.nested_changed(&types, 0, &[(tuple("8"), true), (tuple("7"), false)]);
+        let mut deltas = dep.commit();
+        deltas.sort();
+        assert_eq!(deltas, vec![(tuple("1"), false), (tuple("2"), true)]);
+        // A row moving to another org is judged against the sets as they are.
+        let old = row(&[Some("2"), Some("t"), Some("8")]);
+        let new = row(&[Some("2"), Some("t"), Some("7")]);
+        dep.apply(&types, 300, 40, Some(&old), Some(&new));
+        assert_eq!(dep.commit(), vec![(tuple("2"), false)]);
+    }
+
+    #[test]
+    fn value_sets_compare_normal_texts_and_keep_nulls_apart() {
+        let mut set = ViewSet::default();
+        assert!(set.insert(vec![Some("1".into()), Some("a".into())]));
+        assert!(!set.insert(vec![Some("1".into()), Some("a".into())]));
+        assert!(set.insert(vec![None, Some("a".into())]));
+        let views = SetViews(std::slice::from_ref(&set));
+        assert!(views.contains(0, &["1", "a"]));
+        assert!(
+            !views.contains(0, &["1a", ""]),
+            "tuples are not confused by joining"
+        );
+        assert!(views.contains_null(0));
+        assert!(set.remove(&vec![None, Some("a".into())]));
+        assert_eq!(set.len(), 1);
+    }
+}
