@@ -255,7 +255,7 @@ impl Pipeline {
         key: SlotKey,
         at: LogOffset,
         changes: &[(usize, ViewTuple, bool)],
-    ) -> std::io::Result<()> {
+    ) -> syncline_storage::Result<()> {
         let (oid, id) = key;
         let table = self.tables.get_mut(&oid).expect("the slot's table");
         let slot = table.slots.get_mut(&id).expect("the slot");
@@ -277,7 +277,12 @@ impl Pipeline {
                 },
             })
             .collect();
-        tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records))?;
+        tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
+            |e| syncline_storage::StorageError::Io {
+                path: slot.shape.handle.clone().into(),
+                source: e,
+            },
+        )?;
         for (i, tuple, present) in changes {
             if *present {
                 sq.views[*i].insert(tuple.clone());
@@ -293,15 +298,9 @@ impl Pipeline {
         Ok(())
     }
 
-    pub(super) fn move_out(
-        &mut self,
-        key: SlotKey,
-        txids: &[u32],
-        changes: Vec<(usize, ViewTuple, bool)>,
-    ) -> syncline_storage::Result<()> {
-        let (oid, id) = key;
+    /// What writing a move needs: the shape, its where clause, its slot hashes' prefix.
+    fn move_context(&self, (oid, id): SlotKey) -> (Arc<Shape>, Where, String) {
         let slot = &self.tables[&oid].slots[&id];
-        let shape = slot.shape.clone();
         let filter = slot
             .filter
             .clone()
@@ -312,12 +311,18 @@ impl Pipeline {
             .expect("a subquery shape")
             .prefix
             .clone();
+        (slot.shape.clone(), filter, prefix)
+    }
+
+    pub(super) fn move_out(
+        &mut self,
+        key: SlotKey,
+        txids: &[u32],
+        changes: Vec<(usize, ViewTuple, bool)>,
+    ) -> syncline_storage::Result<()> {
+        let (shape, filter, prefix) = self.move_context(key);
         let at = next_offset(&shape)?;
-        self.adopt(key, at, &changes)
-            .map_err(|e| syncline_storage::StorageError::Io {
-                path: shape.handle.clone().into(),
-                source: e,
-            })?;
+        self.adopt(key, at, &changes)?;
         let mut txids = txids.to_vec();
         txids.sort_unstable();
         let mut json = vec![wire::STORED_SEPARATOR];
@@ -521,26 +526,10 @@ impl Pipeline {
         key: SlotKey,
         move_in: MoveIn,
     ) -> syncline_storage::Result<()> {
-        let (oid, id) = key;
-        let slot = &self.tables[&oid].slots[&id];
-        let shape = slot.shape.clone();
-        let filter = slot
-            .filter
-            .clone()
-            .expect("a subquery shape has a where clause");
-        let prefix = slot
-            .subquery
-            .as_ref()
-            .expect("a subquery shape")
-            .prefix
-            .clone();
+        let (shape, filter, prefix) = self.move_context(key);
         let rows = move_in.rows.expect("spliced with its rows");
         let at = next_offset(&shape)?;
-        self.adopt(key, at, &move_in.changes)
-            .map_err(|e| syncline_storage::StorageError::Io {
-                path: shape.handle.clone().into(),
-                source: e,
-            })?;
+        self.adopt(key, at, &move_in.changes)?;
         let mut txids = move_in.txids;
         txids.sort_unstable();
         txids.dedup();

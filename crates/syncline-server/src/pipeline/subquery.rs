@@ -211,23 +211,7 @@ impl Dep {
             self.apply_nested(types, old, new);
             return;
         }
-        let tuple = |row: Option<&[Value]>| -> Option<ViewTuple> {
-            let values = row?;
-            let included = self
-                .subquery
-                .filter
-                .as_ref()
-                .is_none_or(|f| f.includes(&Row::new(types, values)));
-            included.then(|| {
-                let texts: ViewTuple = self
-                    .subquery
-                    .columns
-                    .iter()
-                    .map(|&i| text(&values[i]))
-                    .collect();
-                normalized(&self.subquery, &texts)
-            })
-        };
+        let tuple = |row: Option<&[Value]>| row.and_then(|v| self.contribution(types, v));
         let (was, is) = (tuple(old), tuple(new));
         if was == is {
             return;
