@@ -709,6 +709,14 @@ async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<Mov
         })
         .await?
     {}
+    // The splice waits until the stream is known to be past `wal_lsn`; Postgres decodes, and
+    // its keepalives report, only WAL it flushed, and WAL of no commit (vacuum, an unpublished
+    // table's asynchronous commit) can wait long for a flush. A commit of our own, synchronous,
+    // flushes it all; it changes nothing, so the stream carries nothing of it.
+    conn.simple_query(
+        "BEGIN READ WRITE; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT",
+    )
+    .await?;
     Ok(MoveInRows {
         visibility: info.pg_snapshot,
         wal_lsn: info.wal_lsn.0,
