@@ -13,7 +13,7 @@ use super::moves::{filter_of, last_offset};
 use super::subquery::{normalized, Dep, DepKey, Mode, Subq, ViewSet};
 use super::table::Table;
 use super::Pipeline;
-use crate::shapes::{Command, Shapes, ViewTuple};
+use crate::shapes::{Command, RestoredViews, Shape, Shapes, ViewTuple};
 use crate::subquery::tag_prefix;
 
 /// A slot: its table's OID and its id there.
@@ -53,23 +53,8 @@ impl Pipeline {
         let shape = self.tables[&oid].slots[&id].shape.clone();
         let mut sq = Subq::waiting(deps, negated, tag_prefix(&shape.handle));
         if restored {
-            let views = last_offset(&shape).and_then(|end| {
-                tokio::task::block_in_place(|| self.shapes.load_views(&shape, sq.deps.len(), end))
-                    .map_err(|e| syncline_storage::StorageError::Io {
-                        path: shape.handle.clone().into(),
-                        source: e,
-                    })
-            });
-            match views {
-                Ok(views) => {
-                    sq.views = views.into_iter().map(ViewSet::of).collect();
-                    sq.restored = true;
-                }
-                Err(e) => {
-                    self.remove_invalid(oid, id, &format!("subquery state unreadable: {e}"));
-                    return;
-                }
-            }
+            // Its value sets are read with its subqueries' rows, off the start-up path.
+            sq.restored = true;
             self.seeding_wanted = true;
         }
         let table = self.tables.get_mut(&oid).expect("the slot's table");
@@ -300,7 +285,23 @@ impl Pipeline {
         &mut self,
         visibility: PgSnapshot,
         rows: Vec<(String, Vec<ViewTuple>)>,
+        views: Vec<RestoredViews>,
     ) {
+        for (handle, sets) in views {
+            let Some(&(oid, id)) = self.by_handle.get(&handle) else {
+                continue;
+            };
+            match sets {
+                Ok(sets) => {
+                    if let Some(sq) = self.subq_mut((oid, id)).filter(|sq| sq.restored) {
+                        sq.views = sets.into_iter().map(ViewSet::of).collect();
+                    }
+                }
+                Err(e) => {
+                    self.remove_invalid(oid, id, &format!("subquery state unreadable: {e}"));
+                }
+            }
+        }
         for (sql, rows) in rows {
             if let Some(&key) = self.dep_by_sql.get(&sql) {
                 self.seed_dep(key, rows, visibility.clone());
@@ -341,12 +342,31 @@ impl Pipeline {
         }
         waiting.sort();
         let sqls: Vec<(String, String)> = waiting.into_iter().map(|(_, k, q)| (k, q)).collect();
+        let restored: Vec<(Arc<Shape>, usize)> = self
+            .tables
+            .values()
+            .flat_map(|t| t.slots.values())
+            .filter_map(|slot| {
+                let sq = slot.subquery.as_ref().filter(|sq| sq.restored)?;
+                Some((slot.shape.clone(), sq.deps.len()))
+            })
+            .collect();
         let shapes = self.shapes.clone();
         tokio::spawn(async move {
+            let views = {
+                let shapes = shapes.clone();
+                tokio::task::spawn_blocking(move || restored_views(&shapes, restored))
+                    .await
+                    .unwrap_or_default()
+            };
             loop {
                 match read_dependencies(&shapes, &sqls).await {
                     Ok((visibility, rows)) => {
-                        let seeded = Command::DependenciesSeeded { visibility, rows };
+                        let seeded = Command::DependenciesSeeded {
+                            visibility,
+                            rows,
+                            views,
+                        };
                         let _ = shapes.commands().send(seeded).await;
                         return;
                     }
@@ -358,6 +378,24 @@ impl Pipeline {
             }
         });
     }
+}
+
+/// The value sets each restored subquery shape's log reflects, from its view file and where its
+/// log ends (or why they could not be read).
+fn restored_views(shapes: &Shapes, restored: Vec<(Arc<Shape>, usize)>) -> Vec<RestoredViews> {
+    restored
+        .into_iter()
+        .map(|(shape, subqueries)| {
+            let views = last_offset(&shape)
+                .map_err(|e| e.to_string())
+                .and_then(|end| {
+                    shapes
+                        .load_views(&shape, subqueries, end)
+                        .map_err(|e| e.to_string())
+                });
+            (shape.handle.clone(), views)
+        })
+        .collect()
 }
 
 /// Reads each subquery's rows, all in one `REPEATABLE READ` snapshot.

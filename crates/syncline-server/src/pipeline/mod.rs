@@ -320,9 +320,11 @@ impl Pipeline {
             }
             Command::SnapshotDone { handle } => self.go_live(&handle),
             Command::MoveInDone { handle, id, result } => self.move_in_done(&handle, id, result),
-            Command::DependenciesSeeded { visibility, rows } => {
-                self.dependencies_seeded(visibility, rows)
-            }
+            Command::DependenciesSeeded {
+                visibility,
+                rows,
+                views,
+            } => self.dependencies_seeded(visibility, rows, views),
             Command::RemoveShape { handle, reply } => {
                 if let Some((oid, id)) = self.by_handle.remove(&handle) {
                     let removed = self.tables.get_mut(&oid).and_then(|t| t.remove(id));

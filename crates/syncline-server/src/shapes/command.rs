@@ -10,6 +10,13 @@ use super::shape::Shape;
 /// A subquery's select-list values of one row, as Postgres prints them (`None`: NULL).
 pub type ViewTuple = Vec<Option<String>>;
 
+/// A restored subquery shape's value sets as its log reflects them, by its handle (one set of
+/// tuples per subquery), or why they could not be read.
+pub type RestoredViews = (
+    String,
+    Result<Vec<std::collections::HashSet<ViewTuple>>, String>,
+);
+
 /// What a move-in query found: the rows newly in the shape, and the snapshot they are of.
 #[derive(Debug)]
 pub struct MoveInRows {
@@ -58,6 +65,8 @@ pub enum Command {
         visibility: PgSnapshot,
         /// Each subquery's SQL and its rows.
         rows: Vec<(String, Vec<ViewTuple>)>,
+        /// The value sets of the restored subquery shapes.
+        views: Vec<RestoredViews>,
     },
     /// The shape's snapshot is complete and durable: append what waited, go live.
     SnapshotDone {

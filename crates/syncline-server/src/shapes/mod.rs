@@ -32,7 +32,7 @@ use syncline_pg::{ErrorKind, PgError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::postgres::Postgres;
-pub use command::{Command, MoveInRows, ViewTuple};
+pub use command::{Command, MoveInRows, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
 pub use logs::Logs;
 pub use meta::ShapeMeta;
