@@ -482,6 +482,8 @@ fn round3(x: f64) -> f64 {
 pub(crate) struct ServerProcess {
     pub(crate) child: std::process::Child,
     pub(crate) url: String,
+    /// The command that started it, which [`restart`](Self::restart) runs again.
+    command: std::process::Command,
     dir: tempfile::TempDir,
 }
 
@@ -504,7 +506,8 @@ impl ServerProcess {
             .local_addr()?
             .port();
         let log = std::fs::File::create(dir.path().join("server.log"))?;
-        let child = std::process::Command::new(binary)
+        let mut command = std::process::Command::new(binary);
+        command
             .arg("serve")
             .args(["--database-url", &cluster.connection_string("postgres")])
             .args(["--listen-address", "127.0.0.1", "--port", &port.to_string()])
@@ -515,11 +518,11 @@ impl ServerProcess {
             .args(flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+            .stderr(log);
         let server = ServerProcess {
-            child,
+            child: command.spawn()?,
             url: format!("http://127.0.0.1:{port}"),
+            command,
             dir,
         };
         let http = reqwest::Client::builder()
@@ -566,6 +569,21 @@ impl ServerProcess {
     /// Follows the `bench_items` shape from `offset=-1` until `electric-up-to-date`.
     async fn follow_shape(&self, http: &reqwest::Client) -> Result<Followed, Error> {
         follow(http, &self.url, "offset=-1".into(), false, u64::MAX).await
+    }
+
+    /// Stops the server with `signal` (SIGKILL if it lingers) and starts it again on the same
+    /// storage and port, without waiting for it; returns how long it took to exit and how it
+    /// exited.
+    pub(crate) fn restart(
+        &mut self,
+        signal: libc::c_int,
+    ) -> Result<(Duration, std::process::ExitStatus), Error> {
+        let signalled = Instant::now();
+        syncline_testkit::stop_process(&mut self.child, signal);
+        let stopped = signalled.elapsed();
+        let status = self.child.wait()?;
+        self.child = self.command.spawn()?;
+        Ok((stopped, status))
     }
 
     /// Stops the server (SIGTERM, then SIGKILL if it lingers).

@@ -26,7 +26,7 @@ pub fn run() -> BenchResult {
 }
 
 /// The server's CPU time so far (user + system), in milliseconds.
-fn cpu_ms(pid: u32) -> Result<f64, Error> {
+pub(crate) fn cpu_ms(pid: u32) -> Result<f64, Error> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let fields: Vec<&str> = stat
         .rsplit_once(')')

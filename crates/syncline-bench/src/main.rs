@@ -16,6 +16,7 @@ mod ingest;
 mod readonly;
 mod route;
 mod storage;
+mod subquery;
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,9 @@ enum Scenario {
     /// gzip of non-live responses: bytes and server CPU per response, first and cached, vs
     /// sending them as they are.
     Gzip,
+    /// Subquery shapes: move-in latency, routing CPU per change and restart at 10,000 shapes,
+    /// each vs plain shapes.
+    Subquery,
     /// Electric's published benchmark scenarios, driven by a shape-protocol load generator;
     /// each writes `electric-<name>.json`.
     Electric(electric::Args),
@@ -65,6 +69,7 @@ impl Scenario {
             Scenario::E2e => "e2e",
             Scenario::Gzip => "gzip",
             Scenario::Readonly => "readonly",
+            Scenario::Subquery => "subquery",
             Scenario::Electric(_) => "electric",
         }
     }
@@ -101,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::E2e => vec![(name.to_owned(), e2e::run()?)],
         Scenario::Gzip => vec![(name.to_owned(), gzip::run()?)],
         Scenario::Readonly => vec![(name.to_owned(), readonly::run()?)],
+        Scenario::Subquery => vec![(name.to_owned(), subquery::run()?)],
         Scenario::Electric(electric_args) => electric::run(electric_args)?,
     };
     let command: Vec<String> = std::env::args().collect();

@@ -324,17 +324,17 @@ impl ProcSample {
 }
 
 /// Milliseconds, with their order statistics.
-struct Latencies(Vec<f64>);
+pub(crate) struct Latencies(Vec<f64>);
 
 impl Latencies {
     /// The samples, sorted.
-    fn new(mut ms: Vec<f64>) -> Latencies {
+    pub(crate) fn new(mut ms: Vec<f64>) -> Latencies {
         ms.sort_by(f64::total_cmp);
         Latencies(ms)
     }
 
     /// The `p`th percentile (nearest rank), or null without samples.
-    fn percentile(&self, p: usize) -> Value {
+    pub(crate) fn percentile(&self, p: usize) -> Value {
         if self.0.is_empty() {
             return Value::Null;
         }
@@ -343,7 +343,7 @@ impl Latencies {
     }
 
     /// Median, p99, max and every sample, as JSON fields.
-    fn summary(&self) -> Value {
+    pub(crate) fn summary(&self) -> Value {
         json!({
             "median_ms": self.percentile(50),
             "p99_ms": self.percentile(99),
@@ -779,6 +779,6 @@ fn per(bytes: u64, count: usize) -> u64 {
 }
 
 /// `x` rounded to three decimals.
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
