@@ -17,6 +17,7 @@ mod readonly;
 mod route;
 mod storage;
 mod subquery;
+mod subquery_route;
 
 use std::path::{Path, PathBuf};
 
