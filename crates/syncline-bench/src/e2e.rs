@@ -547,6 +547,11 @@ impl ServerProcess {
         }
     }
 
+    /// The server's storage directory.
+    pub(crate) fn storage_dir(&self) -> PathBuf {
+        self.dir.path().join("storage")
+    }
+
     /// The end of the server's log.
     pub(crate) fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();

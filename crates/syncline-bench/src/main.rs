@@ -6,7 +6,8 @@
 //! shared machines; the ratios are what to compare across runs.
 //!
 //! `cargo run --release -p syncline-bench -- electric <name>` runs Electric's published
-//! benchmark scenarios (or `all` of them) and writes `target/bench/electric-<name>.json`.
+//! benchmark scenarios (or `all` of them) and writes `target/bench/electric-<name>.json` and
+//! its plot, `electric-<name>.svg`.
 
 mod bench_items;
 mod e2e;
@@ -57,7 +58,7 @@ enum Scenario {
     Subquery,
     /// Electric's published benchmark scenarios, driven by a shape-protocol load generator;
     /// each writes `electric-<name>.json`.
-    Electric(electric::Args),
+    Electric(Box<electric::Args>),
 }
 
 impl Scenario {
@@ -108,7 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::Gzip => vec![(name.to_owned(), gzip::run()?)],
         Scenario::Readonly => vec![(name.to_owned(), readonly::run()?)],
         Scenario::Subquery => vec![(name.to_owned(), subquery::run()?)],
-        Scenario::Electric(electric_args) => electric::run(electric_args)?,
+        Scenario::Electric(electric_args) => electric::run(*electric_args)?,
     };
     let command: Vec<String> = std::env::args().collect();
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -128,6 +129,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&result)?);
         println!("wrote {}", path.display());
+        if scenario.starts_with("electric-") {
+            let svg = dir.join(format!("{scenario}.svg"));
+            electric::plot::write(&svg, &result)?;
+            println!("wrote {}", svg.display());
+        }
     }
     Ok(())
 }

@@ -12,8 +12,17 @@
 //! on` (free: the cluster runs with fsync off), so walsenders see a commit at once rather than
 //! up to `wal_writer_delay` later. The servers admit any number of requests at once
 //! (`--max-concurrent-requests`), so the figures measure the engine, not its admission limits.
+//!
+//! With `--url` and `--database-url` the scenarios drive one server that is already running
+//! (Syncline, or Electric itself) and the database it replicates from instead; `/proc` figures
+//! are then read only with `--server-pid`. `--server-bin` runs a given `syncline` binary
+//! instead of building the release one; `--smoke` runs each scenario at one tiny point.
 
 pub(crate) mod client;
+mod idle_shapes;
+pub(crate) mod plot;
+mod server_metrics;
+mod waiting_clients;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -66,6 +75,10 @@ pub(crate) enum Name {
     DiverseShapeFanout,
     /// N overlapping shapes, one live client on one of them, one write affecting all.
     ManyShapesOneClient,
+    /// N idle shapes: RSS and disk bytes per shape, before and after a restart.
+    IdleShapes,
+    /// N live requests parked on one up-to-date shape: RSS per request.
+    WaitingClients,
     /// Every scenario above, in that order.
     All,
 }
@@ -78,8 +91,15 @@ impl Name {
             Name::ConcurrentShapeCreation => "concurrent_shape_creation",
             Name::DiverseShapeFanout => "diverse_shape_fanout",
             Name::ManyShapesOneClient => "many_shapes_one_client",
+            Name::IdleShapes => "idle_shapes",
+            Name::WaitingClients => "waiting_clients",
             Name::All => "all",
         }
+    }
+
+    /// Whether the scenario needs servers this run starts (it cannot use `--url`).
+    fn needs_own_server(self) -> bool {
+        self == Name::IdleShapes
     }
 }
 
@@ -100,18 +120,58 @@ pub(crate) struct Args {
     /// Overlapping shapes per point of `many-shapes-one-client`.
     #[arg(long, value_delimiter = ',', default_values_t = [100, 500, 1500])]
     shapes: Vec<usize>,
+    /// Idle shapes per point of `idle-shapes` (100000 is the headline point; it takes minutes).
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000])]
+    idle_shapes: Vec<usize>,
+    /// Parked live requests per point of `waiting-clients`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000])]
+    waiting: Vec<usize>,
+    /// Drive this running server (Syncline or Electric, e.g. `http://127.0.0.1:3000`) instead
+    /// of starting one per point.
+    #[arg(long, requires = "database_url")]
+    url: Option<String>,
+    /// The database the `--url` server replicates from; the benchmark empties and refills its
+    /// `public.users` (creating it if missing).
+    #[arg(long, requires = "url")]
+    database_url: Option<String>,
+    /// The `--url` server's pid, to read its RSS and CPU time from `/proc`.
+    #[arg(long, requires = "url")]
+    server_pid: Option<u32>,
+    /// The `syncline` binary to start, instead of building the release one.
+    #[arg(long, conflicts_with = "url")]
+    server_bin: Option<PathBuf>,
+    /// Run each scenario at one tiny point (2 clients, 3 shapes): a check that it works.
+    #[arg(long)]
+    smoke: bool,
+}
+
+impl Args {
+    /// Replaces every grid by one tiny point, for `--smoke`.
+    fn smoke_points(&mut self) {
+        self.clients = vec![2];
+        self.new_shapes = vec![3];
+        self.fanout_shapes = vec![3];
+        self.shapes = vec![3];
+        self.idle_shapes = vec![3];
+        self.waiting = vec![2];
+    }
 }
 
 /// Runs the scenarios `args` names; returns each one's file name (`electric-<name>`) and
 /// result.
-pub(crate) fn run(args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+pub(crate) fn run(mut args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
     raise_open_files_limit(OPEN_FILES_WANTED);
+    if args.smoke {
+        args.smoke_points();
+    }
     let names: Vec<Name> = if args.name == Name::All {
         vec![
             Name::WriteFanout,
             Name::ConcurrentShapeCreation,
             Name::DiverseShapeFanout,
             Name::ManyShapesOneClient,
+            Name::IdleShapes,
+            Name::WaitingClients,
         ]
     } else {
         vec![args.name]
@@ -129,11 +189,22 @@ pub(crate) fn run(args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::error
 
 /// Runs each scenario of `names` with the points of `args`, in one object keyed by file name.
 async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
-    let mut bench = Bench::start().await?;
+    let mut bench = Bench::start(args).await?;
     let mut results = Map::new();
     for &name in names {
+        if name.needs_own_server() && bench.is_external() {
+            let why = format!(
+                "electric {} cannot run against --url: it starts its own servers (it measures one before its first shape and restarts it)",
+                name.file_name()
+            );
+            if names.len() == 1 {
+                return Err(why.into());
+            }
+            eprintln!("skipping: {why}");
+            continue;
+        }
         eprintln!("electric {}…", name.file_name());
-        let result = match name {
+        let mut result = match name {
             Name::WriteFanout => write_fanout(&mut bench, &args.clients).await?,
             Name::ConcurrentShapeCreation => {
                 concurrent_shape_creation(&mut bench, &args.new_shapes).await?
@@ -142,45 +213,93 @@ async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
                 diverse_shape_fanout(&mut bench, &args.fanout_shapes).await?
             }
             Name::ManyShapesOneClient => many_shapes_one_client(&mut bench, &args.shapes).await?,
+            Name::IdleShapes => idle_shapes::idle_shapes(&mut bench, &args.idle_shapes).await?,
+            Name::WaitingClients => {
+                waiting_clients::waiting_clients(&mut bench, &args.waiting).await?
+            }
             Name::All => return Err("`all` is not one scenario".into()),
         };
+        result["parameters"]["server"] = bench.describe().into();
+        if !bench.samples_process() {
+            without_process_figures(&mut result);
+        }
         results.insert(format!("electric-{}", name.file_name()), result);
     }
     Ok(Value::Object(results))
 }
 
-/// The benchmark's Postgres cluster and the server binary the points start.
+/// Where the points' servers come from.
+enum Target {
+    /// A fresh server per point, started by this run.
+    Own {
+        /// The `syncline` binary.
+        binary: PathBuf,
+        /// The private cluster holding `users`.
+        cluster: PgCluster,
+    },
+    /// One server already running (`--url`), replicating from `--database-url`.
+    External {
+        /// Its base URL.
+        url: String,
+        /// Its pid (`--server-pid`), for the `/proc` figures.
+        pid: Option<u32>,
+    },
+}
+
+/// The benchmark's database and the servers the points use.
 struct Bench {
-    /// The release `syncline` binary.
-    binary: PathBuf,
-    /// The private cluster holding `users`.
-    cluster: PgCluster,
+    /// Where the servers come from.
+    target: Target,
     /// A session with `synchronous_commit = on` for the writes.
     db: tokio_postgres::Client,
-    /// Servers started so far (each gets its own replication stream).
+    /// Points started so far (each own server gets its own replication stream).
     servers: u64,
 }
 
 /// A server of one point, with the `/proc` figures read when it became healthy.
 struct Server {
-    /// The process.
-    process: ServerProcess,
-    /// Its figures once healthy, with no shape.
+    /// The process, when this run started it.
+    process: Option<ServerProcess>,
+    /// The server's base URL.
+    url: String,
+    /// Its pid, when known (for the `/proc` figures).
+    pid: Option<u32>,
+    /// Its figures once healthy, with no shape (zero without a pid).
     idle: ProcSample,
+    /// For an external server, the point's number: [`users_client`] adds it to every where
+    /// clause, so that a point never finds the shapes of an earlier one on the same server.
+    point: Option<u64>,
 }
 
 impl Bench {
-    /// Builds the server, starts the cluster and creates `users` with its rows.
-    async fn start() -> Result<Bench, Error> {
-        let binary = build_server(&workspace_dir()).map_err(|e| e.to_string())?;
-        let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
-        let db = syncline_pg::connect(&ConnConfig::parse(&cluster.connection_string("postgres"))?)
-            .await?;
+    /// Builds the server (or takes `--server-bin`) and starts the cluster, or connects to the
+    /// `--url` server's database; creates `users` with its rows.
+    async fn start(args: &Args) -> Result<Bench, Error> {
+        let (target, database_url) = match (&args.url, &args.database_url) {
+            (Some(url), Some(database_url)) => (
+                Target::External {
+                    url: url.trim_end_matches('/').to_owned(),
+                    pid: args.server_pid,
+                },
+                database_url.clone(),
+            ),
+            _ => {
+                let binary = match &args.server_bin {
+                    Some(binary) => binary.clone(),
+                    None => build_server(&workspace_dir()).map_err(|e| e.to_string())?,
+                };
+                let cluster = tokio::task::spawn_blocking(PgCluster::start).await?;
+                let database_url = cluster.connection_string("postgres");
+                (Target::Own { binary, cluster }, database_url)
+            }
+        };
+        let db = syncline_pg::connect(&ConnConfig::parse(&database_url)?).await?;
         sql(&db, "SET synchronous_commit = on").await?;
         sql(
             &db,
             &format!(
-                "CREATE TABLE public.users (id uuid PRIMARY KEY, name text, email text);
+                "CREATE TABLE IF NOT EXISTS public.users (id uuid PRIMARY KEY, name text, email text);
+                 TRUNCATE public.users;
                  INSERT INTO public.users
                    SELECT gen_random_uuid(), 'user ' || g, 'user' || g || '@example.com'
                    FROM generate_series(1, {ROWS}) g;"
@@ -189,39 +308,89 @@ impl Bench {
         .await?;
         sql(&db, "VACUUM ANALYZE public.users").await?;
         Ok(Bench {
-            binary,
-            cluster,
+            target,
             db,
             servers: 0,
         })
     }
 
+    /// Whether the points use a server this run did not start (`--url`).
+    fn is_external(&self) -> bool {
+        matches!(self.target, Target::External { .. })
+    }
+
+    /// Whether the server's `/proc` figures are read.
+    fn samples_process(&self) -> bool {
+        !matches!(self.target, Target::External { pid: None, .. })
+    }
+
+    /// The servers, as the scenario's JSON states them.
+    fn describe(&self) -> String {
+        match &self.target {
+            Target::Own { binary, .. } => format!(
+                "{} serve, fresh storage per point, --max-concurrent-requests '{ADMIT_ALL}'",
+                binary.display()
+            ),
+            Target::External { url, pid } => format!(
+                "already running at {url} (--url), for every point; a point's where clauses carry `AND email <> 'point <n>'` so that points do not share shapes; /proc figures {}",
+                pid.map_or("not read".to_owned(), |pid| format!("of pid {pid}"))
+            ),
+        }
+    }
+
     /// Starts a fresh server (fresh storage, its own replication stream) and waits until it is
     /// healthy.
     async fn server(&mut self) -> Result<Server, Error> {
-        self.servers += 1;
-        let stream = format!("electric{}", self.servers);
-        let process = ServerProcess::start_with(
-            &self.binary,
-            &self.cluster,
-            &stream,
-            &["--max-concurrent-requests", ADMIT_ALL],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        wait_active(&process.url).await?;
-        let idle = ProcSample::read(process.child.id())?;
-        Ok(Server { process, idle })
+        self.server_with(&[]).await
     }
 
-    /// Stops `server`, drops the replication slots no server uses any more and the rows the
-    /// point wrote, so the next point starts from the same 500 rows.
+    /// Like [`server`](Self::server), with the extra command-line `flags` (an external server
+    /// runs with its own settings).
+    async fn server_with(&mut self, flags: &[&str]) -> Result<Server, Error> {
+        self.servers += 1;
+        let (process, url, point) = match &self.target {
+            Target::Own { binary, cluster } => {
+                let stream = format!("electric{}", self.servers);
+                let mut all_flags = vec!["--max-concurrent-requests", ADMIT_ALL];
+                all_flags.extend_from_slice(flags);
+                let process = ServerProcess::start_with(binary, cluster, &stream, &all_flags)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let url = process.url.clone();
+                (Some(process), url, None)
+            }
+            Target::External { url, .. } => (None, url.clone(), Some(self.servers)),
+        };
+        let pid = match (&process, &self.target) {
+            (Some(process), _) => Some(process.child.id()),
+            (None, Target::External { pid, .. }) => *pid,
+            (None, Target::Own { .. }) => None,
+        };
+        wait_active(&url).await?;
+        let idle = pid.map_or(Ok(ProcSample::default()), ProcSample::read)?;
+        Ok(Server {
+            process,
+            url,
+            pid,
+            idle,
+            point,
+        })
+    }
+
+    /// Stops `server` if this run started it, drops the replication slots no server uses any
+    /// more (of its own cluster) and the rows the point wrote, so the next point starts from
+    /// the same 500 rows.
     async fn finish(&self, server: Server) -> Result<(), Error> {
-        server.process.stop();
+        let slots = match server.process {
+            Some(process) => {
+                process.stop();
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active;"
+            }
+            None => "",
+        };
         sql(
             &self.db,
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active;
-             DELETE FROM public.users WHERE name LIKE 'bench %';",
+            &format!("{slots} DELETE FROM public.users WHERE name LIKE 'bench %';"),
         )
         .await
     }
@@ -253,7 +422,9 @@ async fn wait_active(url: &str) -> Result<(), Error> {
             Ok(r) => serde_json::from_slice(&r.bytes().await?).unwrap_or(Value::Null),
             Err(_) => Value::Null,
         };
-        if health["status"] == "active" && health["role"] == "writer" {
+        // Syncline says which role it has; Electric has one role and does not say.
+        let writer = health["role"].as_str().is_none_or(|role| role == "writer");
+        if health["status"] == "active" && writer {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -266,17 +437,22 @@ async fn wait_active(url: &str) -> Result<(), Error> {
 impl Server {
     /// The server's URL.
     fn url(&self) -> &str {
-        &self.process.url
+        &self.url
     }
 
-    /// The server's `/proc` figures now.
+    /// The server's `/proc` figures now (zero without a pid).
     fn sample(&self) -> Result<ProcSample, Error> {
-        ProcSample::read(self.process.child.id())
+        self.pid.map_or(Ok(ProcSample::default()), ProcSample::read)
+    }
+
+    /// The storage directory of a server this run started.
+    fn storage_dir(&self) -> Option<PathBuf> {
+        self.process.as_ref().map(ServerProcess::storage_dir)
     }
 }
 
 /// A process's memory and CPU time as `/proc` tells them.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct ProcSample {
     /// Resident set size (`VmRSS`), in bytes.
     rss_bytes: u64,
@@ -394,8 +570,12 @@ fn users_client(
     where_clause: Option<&str>,
     apply: bool,
 ) -> Result<ShapeClient, Error> {
+    let where_clause = match (where_clause, server.point) {
+        (Some(w), Some(point)) => Some(format!("({w}) AND email <> 'point {point}'")),
+        (w, _) => w.map(str::to_owned),
+    };
     let mut params = vec![("table", "users")];
-    if let Some(w) = where_clause {
+    if let Some(w) = &where_clause {
         params.push(("where", w));
     }
     ShapeClient::new(http.clone(), server.url(), &params, apply)
@@ -754,10 +934,6 @@ async fn many_shapes_one_client(bench: &mut Bench, points: &[usize]) -> Result<V
 fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Vec<Value>) -> Value {
     let mut parameters = parameters;
     parameters["rows"] = ROWS.into();
-    parameters["server"] = format!(
-        "target/release/syncline serve, fresh storage per point, --max-concurrent-requests '{ADMIT_ALL}'"
-    )
-    .into();
     parameters["cores"] = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0)
@@ -768,6 +944,27 @@ fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Ve
     headline.insert("parameters".into(), parameters);
     headline.insert("points".into(), points.into());
     Value::Object(headline)
+}
+
+/// Replaces the `/proc` figures (`rss_bytes*`, `peak_rss_bytes*`, `cpu_s*`) of a scenario's
+/// headline and points by null: they were not read (`--url` without `--server-pid`).
+fn without_process_figures(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                if ["rss_bytes", "peak_rss_bytes", "cpu_s"]
+                    .iter()
+                    .any(|prefix| key.starts_with(prefix))
+                {
+                    *field = Value::Null;
+                } else if key != "parameters" {
+                    without_process_figures(field);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_process_figures),
+        _ => {}
+    }
 }
 
 /// `bytes / count`, rounded down (zero for no count).

@@ -1,0 +1,121 @@
+//! `electric waiting-clients`: what a parked long-poll costs. N clients follow one up-to-date
+//! shape (`table=users`) and each parks a `live=true` request; once the server's
+//! `syncline_admission_in_flight{kind="existing"}` gauge counts all N, its RSS minus that of
+//! the same process with the shape up to date and no live request is divided by N. A
+//! single-row insert then answers every request, which checks they were live and times the
+//! fan-out.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::client::Error;
+use super::server_metrics::{metric, open_fds};
+use super::{per, pool, round3, scenario_json, users_client, Bench, LiveClients, Server};
+
+/// The long-poll timeout of the scenario's servers: long enough that no parked request times
+/// out (and comes back) while the point runs.
+const LONG_POLL_TIMEOUT_MS: &str = "600000";
+/// How long the gauge may take to count every parked request.
+const PARKED_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the server is left alone before the baseline is read.
+const IDLE_WAIT: Duration = Duration::from_secs(2);
+/// The live requests the gauge counts.
+const PARKED_GAUGE: &str = r#"syncline_admission_in_flight{kind="existing"}"#;
+
+/// Runs the points of `waiting-clients`; each is a fresh server with `n` parked requests.
+pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Result<Value, Error> {
+    let mut results = Vec::new();
+    let mut headline = Map::new();
+    let mut errors_total = 0;
+    for &n in points {
+        let server = bench
+            .server_with(&["--long-poll-timeout-ms", LONG_POLL_TIMEOUT_MS])
+            .await?;
+        let http = pool()?;
+        users_client(&http, &server, None, false)?.sync().await?;
+        tokio::time::sleep(IDLE_WAIT).await;
+        let baseline = server.sample()?;
+        let baseline_fds = open_fds(&server).ok();
+
+        let live = LiveClients::start(
+            (0..n)
+                .map(|_| users_client(&http, &server, None, false))
+                .collect::<Result<_, _>>()?,
+            1,
+        );
+        let sent = live.wait_live().await?;
+        let parked = wait_parked(&http, &server, n).await?;
+        let waiting = server.sample()?;
+        let waiting_fds = open_fds(&server).ok();
+
+        let committed = bench.insert(1).await?;
+        let (latencies, errors) = live.answers(committed).await?;
+        let rss_per_request = per(waiting.rss_bytes.saturating_sub(baseline.rss_bytes), n);
+        eprintln!(
+            "waiting_clients {n} live requests: {rss_per_request} B RSS per request, parked {}, fds {:?} → {:?}, then answered p50 {} ms, p99 {} ms, {} errors",
+            parked.map_or("unverified".to_owned(), |p| p.to_string()),
+            baseline_fds,
+            waiting_fds,
+            latencies.percentile(50),
+            latencies.percentile(99),
+            errors.count
+        );
+        errors_total += errors.count;
+        headline.insert(
+            format!("rss_bytes_per_request_at_{n}"),
+            rss_per_request.into(),
+        );
+        results.push(json!({
+            "clients": n,
+            "parked_requests_counted_by_server": parked,
+            "clients_synced_and_live_ms": round3(sent.as_secs_f64() * 1000.0),
+            "rss_bytes_shape_up_to_date": baseline.rss_bytes,
+            "rss_bytes_waiting": waiting.rss_bytes,
+            "rss_bytes_per_request": rss_per_request,
+            "peak_rss_bytes": waiting.peak_rss_bytes,
+            "open_fds_shape_up_to_date": baseline_fds,
+            "open_fds_waiting": waiting_fds,
+            "latency": latencies.summary(),
+            "errors": errors.count,
+            "error_messages": errors.first,
+            "cpu_s_park": waiting.cpu_s_since(&baseline),
+        }));
+        drop(http);
+        bench.finish(server).await?;
+    }
+    headline.insert("errors".into(), errors_total.into());
+    Ok(scenario_json(
+        headline,
+        json!({
+            "shape": "table=users (every row), up to date",
+            "clients": points,
+            "long_poll_timeout_ms": LONG_POLL_TIMEOUT_MS,
+            "rss_bytes_per_request": format!("(VmRSS with N live requests parked, each on its own keep-alive connection, counted by {PARKED_GAUGE}) - (VmRSS of the same process with the shape up to date and no live request), / N"),
+            "latency": "then one single-row INSERT: from its acknowledged commit until each client has read the answer holding it",
+        }),
+        results,
+    ))
+}
+
+/// Waits until the server counts `n` parked live requests; returns its count, or `None` for
+/// a server without the gauge (the requests were then only given time to arrive).
+async fn wait_parked(
+    http: &reqwest::Client,
+    server: &Server,
+    n: usize,
+) -> Result<Option<f64>, Error> {
+    let start = Instant::now();
+    loop {
+        let Some(count) = metric(http, server.url(), PARKED_GAUGE).await? else {
+            return Ok(None);
+        };
+        if count >= n as f64 {
+            return Ok(Some(count));
+        }
+        if start.elapsed() > PARKED_TIMEOUT {
+            return Err(format!("the server holds {count} of {n} live requests").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
