@@ -377,6 +377,16 @@ impl OpenChunk {
         self.sync(io, true)
     }
 
+    /// Records that a sync of the whole file system (after [`OpenChunk::write_out`]) made
+    /// everything written durable, and starts a new sync interval.
+    pub fn synced_with_file_system(&mut self) {
+        assert_eq!(self.buffered_bytes(), 0, "buffers are written out first");
+        self.in_place_unsynced = false;
+        self.files_unsynced = false;
+        self.journal_unsynced = false;
+        self.journaled = 0;
+    }
+
     /// Syncs the journal if it was written and the chunk files if `chunk_files` (all started
     /// together), and starts a new sync interval.
     fn sync(&mut self, io: &Io, chunk_files: bool) -> Result<()> {

@@ -63,7 +63,7 @@ pub use options::{
 pub use reader::{FileRange, LogEnd, MessageSpan, Messages, ReadResult, Reader};
 pub use store::{Store, SHAPE_ID_BYTES_MAX};
 pub use syncline_core::LogOffset;
-pub use writer::Writer;
+pub use writer::{flush_all, GroupSync, Writer, GROUP_FLUSH_MIN_LOGS};
 
 /// Longest message key, in bytes.
 pub const KEY_BYTES_MAX: usize = 64 * 1024;

@@ -9,11 +9,17 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::{committed_prefix, read_all, workload_txn, Owned};
-use syncline_storage::{FaultPlan, LogOffset, Result, Store, WriterOptions};
+use syncline_storage::{
+    flush_all, FaultPlan, GroupSync, LogOffset, Result, Store, Writer, WriterOptions,
+    GROUP_FLUSH_MIN_LOGS,
+};
 
 const SHAPE: &str = "crashy";
 /// Transactions the fault-injection workload writes.
 const WORKLOAD_TXNS: u64 = 16;
+/// Transactions the group-flush workload writes to each of its shapes (each `syncfs` is a
+/// real one, so fewer than [`WORKLOAD_TXNS`]).
+const GROUP_WORKLOAD_TXNS: u64 = 6;
 /// The transaction after which the workload compacts the log.
 const COMPACT_AFTER_TXN: u64 = 10;
 /// The transaction after which the workload closes the writer and reopens it.
@@ -70,14 +76,14 @@ fn run_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<
 
 /// Reopens after a crash and checks the log is a prefix of the committed transactions holding
 /// at least every durable one; returns how many survived.
-fn check_recovery(root: &Path, durable: u64) -> u64 {
+fn check_recovery(root: &Path, shape: &str, durable: u64) -> u64 {
     let store = Store::open(root).unwrap();
-    if !store.list_shapes().unwrap().contains(&SHAPE.to_string()) {
+    if !store.list_shapes().unwrap().contains(&shape.to_string()) {
         assert_eq!(durable, 0, "a shape with durable data disappeared");
         return 0;
     }
-    let w = store.open_writer(SHAPE, &options(None)).unwrap();
-    let (lines, _) = read_all(&mut store.open_reader(SHAPE).unwrap(), None);
+    let w = store.open_writer(shape, &options(None)).unwrap();
+    let (lines, _) = read_all(&mut store.open_reader(shape).unwrap(), None);
     let survived = committed_prefix_with_compaction(&lines);
     assert!(
         survived >= durable,
@@ -158,7 +164,67 @@ fn recovery_after_a_stop_at_every_write_boundary() {
             if let Some(hole) = power_loss {
                 common::power_cut(&plan, hole, stop);
             }
-            check_recovery(&root, durable);
+            check_recovery(&root, SHAPE, durable);
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+}
+
+/// Runs the first [`GROUP_WORKLOAD_TXNS`] transactions of the workload on
+/// [`GROUP_FLUSH_MIN_LOGS`] shapes at once, flushed together by [`flush_all`] (one `syncfs`)
+/// every other transaction, until it ends or fails; `durable`
+/// holds the last transaction reported durable in every shape.
+fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<()> {
+    let store = Store::open(root)?;
+    let mut writers = (0..GROUP_FLUSH_MIN_LOGS)
+        .map(|i| store.create_shape(&format!("group-{i}"), &options(Some(plan.clone()))))
+        .collect::<Result<Vec<_>>>()?;
+    for t in 1..=GROUP_WORKLOAD_TXNS {
+        let msgs = workload_txn(t);
+        for w in &mut writers {
+            for piece in msgs.chunks(3) {
+                w.append(&piece.iter().map(Owned::as_message).collect::<Vec<_>>())?;
+            }
+            w.commit()?;
+        }
+        if t % 2 == 0 {
+            let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+            for reported in flush_all(&mut group, GroupSync::FileSystem) {
+                assert_eq!(reported?, msgs.last().map(|m| m.offset));
+            }
+            *durable = t;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn group_flush_recovery_after_a_stop_at_every_write_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = FaultPlan::unlimited();
+    let mut durable = 0;
+    run_group_workload(&dir.path().join("count"), counter.clone(), &mut durable).unwrap();
+    assert_eq!(durable, GROUP_WORKLOAD_TXNS);
+    let boundaries = counter.boundaries();
+    assert!(
+        boundaries > 100,
+        "group workload has {boundaries} boundaries"
+    );
+    for stop in 0..boundaries {
+        for power_loss in [None, Some(stop % 2 == 1)] {
+            let root = dir.path().join(format!("stop-{stop}-{power_loss:?}"));
+            let plan = FaultPlan::stop_at(stop);
+            let mut durable = 0;
+            assert!(
+                run_group_workload(&root, plan.clone(), &mut durable).is_err(),
+                "stop {stop} must interrupt"
+            );
+            if let Some(hole) = power_loss {
+                common::power_cut(&plan, hole, stop);
+            }
+            for i in 0..GROUP_FLUSH_MIN_LOGS {
+                check_recovery(&root, &format!("group-{i}"), durable);
+            }
             std::fs::remove_dir_all(&root).unwrap();
         }
     }
