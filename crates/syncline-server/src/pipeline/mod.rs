@@ -17,7 +17,7 @@ use futures_util::FutureExt;
 use syncline_core::{pg_time, Lsn, PgSnapshot, RelationDesc, Tuple};
 use syncline_pg::replication::{OldRow, PgOutput, RelationMessage, ResumingStream, StreamEvent};
 use syncline_pg::PgResult;
-use syncline_storage::{Message, StorageError};
+use syncline_storage::{GroupSync, Message, StorageError};
 use syncline_where::{Change, ShapeId};
 use tokio::sync::{mpsc, watch};
 
@@ -701,15 +701,29 @@ impl Pipeline {
         let dirty: Vec<(u32, ShapeId)> = self.dirty.drain().collect();
         let mut failed = Vec::new();
         tokio::task::block_in_place(|| {
-            for (oid, id) in dirty {
-                let Some(slot) = self.tables.get(&oid).and_then(|t| t.slots.get(&id)) else {
-                    continue;
-                };
-                let mut guard = slot.shape.writer.lock();
-                let Some(writer) = guard.opened() else {
-                    continue;
-                };
-                match writer.flush() {
+            // Every dirty log is flushed together: their durability costs one sync when they
+            // are many (`syncline_storage::flush_all`).
+            let slots: Vec<(u32, ShapeId, &Slot)> = dirty
+                .into_iter()
+                .filter_map(|(oid, id)| {
+                    let slot = self.tables.get(&oid).and_then(|t| t.slots.get(&id))?;
+                    Some((oid, id, slot))
+                })
+                .collect();
+            let mut guards: Vec<_> = slots.iter().map(|s| s.2.shape.writer.lock()).collect();
+            let mut flushed = Vec::with_capacity(slots.len());
+            let mut writers = Vec::with_capacity(slots.len());
+            for (slot, guard) in slots.iter().zip(guards.iter_mut()) {
+                if let Some(writer) = guard.opened() {
+                    flushed.push(slot);
+                    writers.push(writer);
+                }
+            }
+            let results = syncline_storage::flush_all(&mut writers, GroupSync::Auto);
+            for ((&(oid, id, slot), writer), result) in
+                flushed.into_iter().zip(writers).zip(results)
+            {
+                match result {
                     Ok(durable) => {
                         // What is acknowledged next must be durable in every log holding it.
                         assert_eq!(
