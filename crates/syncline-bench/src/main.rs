@@ -12,6 +12,7 @@
 mod bench_items;
 mod e2e;
 mod electric;
+mod group_flush;
 mod gzip;
 mod ingest;
 mod readonly;
@@ -43,6 +44,9 @@ enum Scenario {
     Ingest,
     /// The shape-log storage engine vs SQLite and fjall behind one trait, and raw file I/O.
     Storage,
+    /// One small transaction made durable in N shape logs at once: one sync per log vs one
+    /// `syncfs` for all.
+    GroupFlush,
     /// Routing a change through the shape router's indexes vs evaluating every shape.
     Route,
     /// Postgres → the server process → the Node client: initial sync and live changes.
@@ -67,6 +71,7 @@ impl Scenario {
         match self {
             Scenario::Ingest => "ingest",
             Scenario::Storage => "storage",
+            Scenario::GroupFlush => "group-flush",
             Scenario::Route => "route",
             Scenario::E2e => "e2e",
             Scenario::Gzip => "gzip",
@@ -100,6 +105,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Scenario::Storage => vec![(
             name.to_owned(),
             storage::run().map_err(|e| e as Box<dyn std::error::Error>)?,
+        )],
+        Scenario::GroupFlush => vec![(
+            name.to_owned(),
+            group_flush::run().map_err(|e| e as Box<dyn std::error::Error>)?,
         )],
         Scenario::Route => vec![(
             name.to_owned(),

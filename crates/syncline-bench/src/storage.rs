@@ -359,7 +359,8 @@ fn append_all(log: &mut dyn ShapeLog, txns: &[Vec<Msg>], durability: Durability)
     Ok(flushes)
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median of `values`, which it sorts.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
