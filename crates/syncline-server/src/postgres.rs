@@ -3,6 +3,7 @@
 //! loading and publication membership.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use syncline_core::RelationDesc;
 use syncline_pg::wire::{Mode, WireConnection};
@@ -19,12 +20,29 @@ pub struct TableFacts {
     pub generated: Vec<String>,
 }
 
+/// How long a query connection may wait idle for reuse; older ones are closed rather than
+/// found broken by a snapshot (Postgres's `idle_session_timeout`, a restart).
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(30);
+
+/// A query connection, new or reused.
+pub struct QueryConnection {
+    /// The connection.
+    pub conn: WireConnection,
+    /// It served an earlier query: a failure on its first statement may only mean it broke
+    /// while idle, and is worth one retry on a new connection.
+    pub reused: bool,
+}
+
 /// The server's ordinary Postgres connections.
 pub struct Postgres {
     config: ConnConfig,
     publication: String,
     /// Bounds concurrent snapshots and subset queries (each holds a connection).
     query_permits: Arc<Semaphore>,
+    /// At most `pool_size` idle query connections, each with its application name and when it
+    /// became idle: a snapshot need not start a Postgres backend of its own.
+    idle: std::sync::Mutex<Vec<(String, Instant, WireConnection)>>,
+    pool_size: usize,
     admin: Mutex<Option<Client>>,
 }
 
@@ -36,6 +54,8 @@ impl Postgres {
             config,
             publication,
             query_permits: Arc::new(Semaphore::new(pool_size)),
+            idle: std::sync::Mutex::new(Vec::new()),
+            pool_size,
             admin: Mutex::new(None),
         }
     }
@@ -55,13 +75,46 @@ impl Postgres {
         self.query_permits.clone().acquire_owned().await
     }
 
-    /// A new query connection with Electric's session settings (text output formats, UTC),
-    /// for a snapshot or a subset query.
-    pub async fn query_connection(&self, application_name: &str) -> PgResult<WireConnection> {
+    /// A query connection with Electric's session settings (text output formats, UTC), for a
+    /// snapshot or a subset query: an idle one with the same application name if there is
+    /// one, else a new one.
+    pub async fn query_connection(&self, application_name: &str) -> PgResult<QueryConnection> {
+        if let Some(conn) = self.idle_connection(application_name) {
+            return Ok(QueryConnection { conn, reused: true });
+        }
+        self.new_query_connection(application_name)
+            .await
+            .map(|conn| QueryConnection {
+                conn,
+                reused: false,
+            })
+    }
+
+    /// A new query connection with Electric's session settings.
+    pub async fn new_query_connection(&self, application_name: &str) -> PgResult<WireConnection> {
         let mut conn = WireConnection::connect(&self.config, application_name, Mode::Query).await?;
         conn.simple_query(&syncline_pg::conn::session_settings_sql())
             .await?;
         Ok(conn)
+    }
+
+    /// Keeps `conn`, idle outside any transaction, for the next [`Postgres::query_connection`]
+    /// with the same application name (closed instead when `pool_size` are idle already).
+    pub fn reuse(&self, application_name: &str, conn: WireConnection) {
+        let mut idle = self.idle.lock().expect("idle connections lock");
+        if idle.len() < self.pool_size {
+            idle.push((application_name.to_owned(), Instant::now(), conn));
+        }
+    }
+
+    /// The most recently idle connection named `application_name`, closing those idle too long.
+    fn idle_connection(&self, application_name: &str) -> Option<WireConnection> {
+        let mut idle = self.idle.lock().expect("idle connections lock");
+        idle.retain(|(_, since, _)| since.elapsed() < IDLE_CONNECTION_TTL);
+        let i = idle
+            .iter()
+            .rposition(|(name, _, _)| name == application_name)?;
+        Some(idle.swap_remove(i).2)
     }
 
     /// Runs `f` with the catalog connection, connecting first if needed; a failed connection

@@ -18,6 +18,8 @@ use crate::subquery;
 const APPEND_BATCH_BYTES: usize = 1 << 20;
 /// JSON bytes after which the snapshot so far is committed and flushed, so readers can start.
 const PUBLISH_BATCH_BYTES: usize = 8 << 20;
+/// The application name of snapshot connections (pooled under it).
+const APPLICATION_NAME: &str = "syncline-snapshot";
 /// Encoded batches waiting for the log writer (bounds the memory a fast COPY can take).
 const BATCHES_QUEUED_MAX: usize = 4;
 
@@ -148,7 +150,8 @@ impl Snapshotter {
 
     async fn take(&self, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
         let definition = &shape.definition;
-        let mut conn = self.postgres.query_connection("syncline-snapshot").await?;
+        let pooled = self.postgres.query_connection(APPLICATION_NAME).await?;
+        let mut conn = pooled.conn;
         let where_sql = match definition.log {
             LogMode::ChangesOnly => Some("false".to_owned()),
             LogMode::Full => definition.where_sql.clone(),
@@ -179,8 +182,16 @@ impl Snapshotter {
             .map(|f| subquery::headers_sql(f, &subquery::tag_prefix(&shape.handle), false));
         let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?
             .with_headers(headers);
-        let (mut snapshot, mut views) =
-            Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?;
+        let begun = Snapshot::begin_after(&mut conn, &query, &subquery_sql).await;
+        // A reused connection may have broken while idle: one retry on a new one.
+        let (mut snapshot, mut views) = match begun {
+            Err(e) if pooled.reused && e.kind() == ErrorKind::Unavailable => {
+                tracing::debug!(error = %e, "an idle snapshot connection broke; connecting again");
+                conn = self.postgres.new_query_connection(APPLICATION_NAME).await?;
+                Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?
+            }
+            begun => begun?,
+        };
         let seeds: Vec<_> = seeds
             .into_iter()
             .map(|(key, _)| key)
@@ -240,8 +251,11 @@ impl Snapshotter {
         log_writer
             .await
             .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
+        let finished = snapshot.is_finished();
         drop((snapshot, progress));
-        drop(conn);
+        if finished {
+            self.postgres.reuse(APPLICATION_NAME, conn);
+        }
         let mut end = vec![wire::STORED_SEPARATOR];
         end.extend_from_slice(&wire::snapshot_end(&visibility));
         tokio::task::block_in_place(|| {

@@ -113,6 +113,11 @@ impl<'c> Snapshot<'c> {
         &self.info
     }
 
+    /// Whether every row was delivered and the transaction closed: the connection is idle.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
     /// Rows delivered so far.
     pub fn rows(&self) -> u64 {
         self.rows

@@ -180,7 +180,7 @@ async fn run(
     started: oneshot::Sender<PgResult<SnapshotInfo>>,
     pieces: mpsc::Sender<BodyPiece>,
 ) {
-    let mut conn = match state.postgres.query_connection("syncline-subset").await {
+    let mut conn = match state.postgres.new_query_connection("syncline-subset").await {
         Ok(conn) => conn,
         Err(e) => {
             let _ = started.send(Err(e));

@@ -404,7 +404,7 @@ async fn read_dependencies(
     sqls: &[(String, String)],
 ) -> Result<(PgSnapshot, Vec<(String, Vec<ViewTuple>)>), PgError> {
     let postgres = shapes.postgres();
-    let mut conn = postgres.query_connection("syncline-subqueries").await?;
+    let mut conn = postgres.new_query_connection("syncline-subqueries").await?;
     let rows = conn
         .simple_query(
             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_current_snapshot()::text",

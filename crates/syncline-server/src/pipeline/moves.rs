@@ -695,7 +695,7 @@ async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<Mov
         .query_permit()
         .await
         .map_err(|_| PgError::Protocol("the query pool closed".into()))?;
-    let mut conn = postgres.query_connection("syncline-move-in").await?;
+    let mut conn = postgres.new_query_connection("syncline-move-in").await?;
     let mut snapshot = Snapshot::begin(&mut conn, query).await?;
     let info = snapshot.info().clone();
     let mut encoder = RowEncoder::for_query(query);
