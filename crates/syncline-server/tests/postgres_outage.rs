@@ -156,3 +156,35 @@ fn server_alive(server: &Syncline) -> bool {
             .unwrap_or_default()
             .contains(") Z ")
 }
+
+/// Snapshots reuse idle query connections; one that Postgres closed while it was idle is
+/// replaced, and the next shape is made as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_connection_closed_while_idle_is_replaced() {
+    let f = fixture("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2);").await;
+    let (_, _, first) = f.sync("table=t&where=id=1").await;
+    assert_eq!(first.len(), 1);
+    let backends =
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'syncline-snapshot'";
+    let idle: i64 = f.db.query_one(backends, &[]).await.unwrap().get(0);
+    assert_eq!(
+        idle, 1,
+        "the first snapshot's connection waits for the next"
+    );
+    let (_, _, second) = f.sync("table=t&where=id=2").await;
+    assert_eq!(second.len(), 1);
+    let idle: i64 = f.db.query_one(backends, &[]).await.unwrap().get(0);
+    assert_eq!(idle, 1, "the second snapshot reused it");
+    let closed: bool =
+        f.db.query_one(
+            "SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'syncline-snapshot'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(closed);
+    let (_, _, third) = f.sync("table=t").await;
+    assert_eq!(third.len(), 2, "a new connection took the snapshot");
+}

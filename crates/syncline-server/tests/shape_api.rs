@@ -815,3 +815,35 @@ async fn a_snapshot_held_up_longer_than_the_long_poll_timeout_is_waited_for() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(!reply.changes().is_empty(), "{}", reply.body);
 }
+
+/// Shapes of different definitions are made at once, and concurrent requests for one
+/// definition all get its one shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_make_one_shape_per_definition() {
+    let f = common::fixture(
+        "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 40);",
+    )
+    .await;
+    let requests = (0..80).map(|i| {
+        let f = &f;
+        async move {
+            let k = i % 20;
+            let reply = f.get(&format!("table=t&where=id>{k}&offset=-1")).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            (k, reply.header("electric-handle").unwrap().to_owned())
+        }
+    });
+    let replies = futures_util::future::join_all(requests).await;
+    let mut handles: std::collections::HashMap<i32, std::collections::HashSet<String>> =
+        std::collections::HashMap::new();
+    for (k, handle) in replies {
+        handles.entry(k).or_default().insert(handle);
+    }
+    assert_eq!(handles.len(), 20);
+    let distinct: std::collections::HashSet<&String> = handles.values().flatten().collect();
+    assert_eq!(distinct.len(), 20, "one handle per definition: {handles:?}");
+    for k in 0..20 {
+        let (_, _, rows) = f.sync(&format!("table=t&where=id>{k}")).await;
+        assert_eq!(rows.len(), 40 - k as usize);
+    }
+}

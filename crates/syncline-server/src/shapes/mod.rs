@@ -110,7 +110,9 @@ pub struct Shapes {
     commands: RwLock<mpsc::Sender<Command>>,
     /// The snapshot queue (closed while this server is not the writer).
     snapshots: RwLock<mpsc::UnboundedSender<Arc<Shape>>>,
-    create_lock: tokio::sync::Mutex<()>,
+    /// Creations under way, by definition identity: a second request for a definition waits
+    /// for the first; shapes of different definitions are made at once.
+    creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     max_shapes: Option<usize>,
     /// Tables Postgres refused to publish, by OID: when, and why.
     publish_refusals: Mutex<HashMap<u32, (Instant, String)>>,
@@ -135,7 +137,7 @@ impl Shapes {
             registry: Mutex::new(Registry::default()),
             commands: RwLock::new(mpsc::channel(1).0),
             snapshots: RwLock::new(mpsc::unbounded_channel().0),
-            create_lock: tokio::sync::Mutex::new(()),
+            creating: Mutex::new(HashMap::new()),
             max_shapes,
             publish_refusals: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
@@ -469,12 +471,39 @@ impl Shapes {
         for table in &definition.subquery_tables {
             self.publish(table).await?;
         }
-        let _creating = self.create_lock.lock().await;
+        let identity = definition.identity();
+        let gate = self
+            .creating
+            .lock()
+            .expect("creating lock")
+            .entry(identity.clone())
+            .or_default()
+            .clone();
+        let created = {
+            let _creating = gate.lock().await;
+            self.create(definition, relation, &identity).await
+        };
+        let mut creating = self.creating.lock().expect("creating lock");
+        // The map's reference and this one: nobody waits on the gate any more.
+        if Arc::strong_count(&gate) == 2 {
+            creating.remove(&identity);
+        }
+        created
+    }
+
+    /// The live shape for `definition`, whose creation this caller alone runs: the one another
+    /// request just made, or a new one.
+    async fn create(
+        self: &Arc<Self>,
+        definition: ShapeDefinition,
+        relation: RelationDesc,
+        identity: &str,
+    ) -> Result<Arc<Shape>, CreateError> {
         if let Some(shape) = self.by_definition(&definition) {
             return Ok(shape);
         }
         self.evict_for_new();
-        let handle = handle::mint(&definition.identity());
+        let handle = handle::mint(identity);
         // Metadata first: a crash before the log exists leaves metadata of an incomplete
         // snapshot, which restore removes; a log never exists without metadata but briefly
         // during deletion, and restore removes such logs.
