@@ -1,5 +1,5 @@
 //! `electric waiting-clients`: what a parked long-poll costs. N clients follow one up-to-date
-//! shape (`table=users`) and each parks a `live=true` request; once the server's
+//! shape and each parks a `live=true` request; once the server's
 //! `syncline_admission_in_flight{kind="existing"}` gauge counts all N, its RSS minus that of
 //! the same process with the shape up to date and no live request is divided by N. A
 //! single-row insert then answers every request, which checks they were live and times the
@@ -20,6 +20,9 @@ const LONG_POLL_TIMEOUT_MS: &str = "600000";
 const PARKED_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the server is left alone before the baseline is read.
 const IDLE_WAIT: Duration = Duration::from_secs(2);
+/// The shape the clients wait on: empty until the point's insert (the benchmark's rows are
+/// `bench <n>`), so that syncing it leaves no large responses behind in the server's memory.
+const WAITING_WHERE: &str = "name LIKE 'bench %'";
 /// The live requests the gauge counts.
 const PARKED_GAUGE: &str = r#"syncline_admission_in_flight{kind="existing"}"#;
 
@@ -33,14 +36,16 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             .server_with(&["--long-poll-timeout-ms", LONG_POLL_TIMEOUT_MS])
             .await?;
         let http = pool()?;
-        users_client(&http, &server, None, false)?.sync().await?;
+        users_client(&http, &server, Some(WAITING_WHERE), false)?
+            .sync()
+            .await?;
         tokio::time::sleep(IDLE_WAIT).await;
         let baseline = server.sample()?;
         let baseline_fds = open_fds(&server).ok();
 
         let live = LiveClients::start(
             (0..n)
-                .map(|_| users_client(&http, &server, None, false))
+                .map(|_| users_client(&http, &server, Some(WAITING_WHERE), false))
                 .collect::<Result<_, _>>()?,
             1,
         );
@@ -88,7 +93,7 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
     Ok(scenario_json(
         headline,
         json!({
-            "shape": "table=users (every row), up to date",
+            "shape": format!("table=users&where={WAITING_WHERE}: empty until the insert, up to date"),
             "clients": points,
             "long_poll_timeout_ms": LONG_POLL_TIMEOUT_MS,
             "rss_bytes_per_request": format!("(VmRSS with N live requests parked, each on its own keep-alive connection, counted by {PARKED_GAUGE}) - (VmRSS of the same process with the shape up to date and no live request), / N"),
