@@ -335,7 +335,7 @@ impl Writer {
 
 /// Logs flushed together from this many on with one `syncfs` ([`GroupSync::Auto`]): below it,
 /// one `fdatasync` per log costs less (`syncline-bench group-flush` measures both).
-pub const GROUP_FLUSH_MIN_LOGS: usize = 4;
+pub const GROUP_FLUSH_MIN_LOGS: usize = 2;
 
 /// How [`flush_all`] makes its logs durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use common::{committed_prefix, read_all, workload_txn, Owned};
 use syncline_storage::{
     flush_all, FaultPlan, GroupSync, LogOffset, Result, Store, Writer, WriterOptions,
-    GROUP_FLUSH_MIN_LOGS,
 };
 
 const SHAPE: &str = "crashy";
 /// Transactions the fault-injection workload writes.
 const WORKLOAD_TXNS: u64 = 16;
+/// Shapes the group-flush workload writes to.
+const GROUP_LOGS: usize = 4;
 /// Transactions the group-flush workload writes to each of its shapes (each `syncfs` is a
 /// real one, so fewer than [`WORKLOAD_TXNS`]).
 const GROUP_WORKLOAD_TXNS: u64 = 6;
@@ -171,12 +172,12 @@ fn recovery_after_a_stop_at_every_write_boundary() {
 }
 
 /// Runs the first [`GROUP_WORKLOAD_TXNS`] transactions of the workload on
-/// [`GROUP_FLUSH_MIN_LOGS`] shapes at once, flushed together by [`flush_all`] (one `syncfs`)
+/// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] (one `syncfs`)
 /// every other transaction, until it ends or fails; `durable`
 /// holds the last transaction reported durable in every shape.
 fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<()> {
     let store = Store::open(root)?;
-    let mut writers = (0..GROUP_FLUSH_MIN_LOGS)
+    let mut writers = (0..GROUP_LOGS)
         .map(|i| store.create_shape(&format!("group-{i}"), &options(Some(plan.clone()))))
         .collect::<Result<Vec<_>>>()?;
     for t in 1..=GROUP_WORKLOAD_TXNS {
@@ -222,7 +223,7 @@ fn group_flush_recovery_after_a_stop_at_every_write_boundary() {
             if let Some(hole) = power_loss {
                 common::power_cut(&plan, hole, stop);
             }
-            for i in 0..GROUP_FLUSH_MIN_LOGS {
+            for i in 0..GROUP_LOGS {
                 check_recovery(&root, &format!("group-{i}"), durable);
             }
             std::fs::remove_dir_all(&root).unwrap();
