@@ -21,7 +21,10 @@
 pub(crate) mod client;
 mod idle_shapes;
 pub(crate) mod plot;
+mod replication;
 mod server_metrics;
+mod single_shape;
+mod unrelated_shapes;
 mod waiting_clients;
 
 use std::collections::HashSet;
@@ -79,6 +82,14 @@ pub(crate) enum Name {
     IdleShapes,
     /// N live requests parked on one up-to-date shape: RSS per request.
     WaitingClients,
+    /// One client, one shape of N rows: time until up to date.
+    SingleShape,
+    /// S shapes sharing no row (`=` or `ILIKE`), one live client, writes into its shape alone.
+    UnrelatedShapes,
+    /// S `=` shapes, a stream of changes: changes per second against `pg_recvlogical`.
+    ReplicationOptimised,
+    /// S `ILIKE` shapes, a stream of changes: CPU time per shape evaluation.
+    ReplicationUnoptimised,
     /// Every scenario above, in that order.
     All,
 }
@@ -93,13 +104,20 @@ impl Name {
             Name::ManyShapesOneClient => "many_shapes_one_client",
             Name::IdleShapes => "idle_shapes",
             Name::WaitingClients => "waiting_clients",
+            Name::SingleShape => "single_shape",
+            Name::UnrelatedShapes => "unrelated_shapes",
+            Name::ReplicationOptimised => "replication_optimised",
+            Name::ReplicationUnoptimised => "replication_unoptimised",
             Name::All => "all",
         }
     }
 
     /// Whether the scenario needs servers this run starts (it cannot use `--url`).
     fn needs_own_server(self) -> bool {
-        self == Name::IdleShapes
+        matches!(
+            self,
+            Name::IdleShapes | Name::ReplicationOptimised | Name::ReplicationUnoptimised
+        )
     }
 }
 
@@ -126,6 +144,28 @@ pub(crate) struct Args {
     /// Parked live requests per point of `waiting-clients`.
     #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000])]
     waiting: Vec<usize>,
+    /// Rows of the one shape per point of `single-shape`.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000, 1_000_000])]
+    single_shape_rows: Vec<u64>,
+    /// `name = '<k>'` shapes per point of `unrelated-shapes` (100000 is the headline point).
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000, 10000])]
+    unrelated_eq_shapes: Vec<usize>,
+    /// `name ILIKE '<k>'` shapes per point of `unrelated-shapes` (10000 is the headline point).
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000, 10000])]
+    unrelated_ilike_shapes: Vec<usize>,
+    /// `name = '<k>'` shapes per point of `replication-optimised`.
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 1000, 10000])]
+    replication_shapes: Vec<usize>,
+    /// `name ILIKE '<k>'` shapes per point of `replication-unoptimised` (a point without
+    /// shapes, the baseline, always runs first).
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000])]
+    replication_ilike_shapes: Vec<usize>,
+    /// Row changes per load of `replication-optimised` and `replication-unoptimised`.
+    #[arg(long, default_value_t = 100_000)]
+    replication_changes: u64,
+    /// Rows per transaction of those loads.
+    #[arg(long, default_value_t = 1)]
+    replication_txn_rows: u64,
     /// Drive this running server (Syncline or Electric, e.g. `http://127.0.0.1:3000`) instead
     /// of starting one per point.
     #[arg(long, requires = "database_url")]
@@ -154,6 +194,20 @@ impl Args {
         self.shapes = vec![3];
         self.idle_shapes = vec![3];
         self.waiting = vec![2];
+        self.single_shape_rows = vec![1000];
+        self.unrelated_eq_shapes = vec![3];
+        self.unrelated_ilike_shapes = vec![3];
+        self.replication_shapes = vec![3];
+        self.replication_ilike_shapes = vec![3];
+        self.replication_changes = 1000;
+    }
+
+    /// The loads of the replication scenarios.
+    fn load(&self) -> replication::Load {
+        replication::Load {
+            changes: self.replication_changes,
+            txn_rows: self.replication_txn_rows.max(1),
+        }
     }
 }
 
@@ -172,6 +226,10 @@ pub(crate) fn run(mut args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::e
             Name::ManyShapesOneClient,
             Name::IdleShapes,
             Name::WaitingClients,
+            Name::SingleShape,
+            Name::UnrelatedShapes,
+            Name::ReplicationOptimised,
+            Name::ReplicationUnoptimised,
         ]
     } else {
         vec![args.name]
@@ -194,7 +252,7 @@ async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
     for &name in names {
         if name.needs_own_server() && bench.is_external() {
             let why = format!(
-                "electric {} cannot run against --url: it starts its own servers (it measures one before its first shape and restarts it)",
+                "electric {} cannot run against --url: it starts its own servers (to restart one, or to replicate from their cluster)",
                 name.file_name()
             );
             if names.len() == 1 {
@@ -216,6 +274,33 @@ async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
             Name::IdleShapes => idle_shapes::idle_shapes(&mut bench, &args.idle_shapes).await?,
             Name::WaitingClients => {
                 waiting_clients::waiting_clients(&mut bench, &args.waiting).await?
+            }
+            Name::SingleShape => {
+                single_shape::single_shape(&mut bench, &args.single_shape_rows).await?
+            }
+            Name::UnrelatedShapes => {
+                unrelated_shapes::unrelated_shapes(
+                    &mut bench,
+                    &args.unrelated_eq_shapes,
+                    &args.unrelated_ilike_shapes,
+                )
+                .await?
+            }
+            Name::ReplicationOptimised => {
+                replication::replication_optimised(
+                    &mut bench,
+                    &args.replication_shapes,
+                    args.load(),
+                )
+                .await?
+            }
+            Name::ReplicationUnoptimised => {
+                replication::replication_unoptimised(
+                    &mut bench,
+                    &args.replication_ilike_shapes,
+                    args.load(),
+                )
+                .await?
             }
             Name::All => return Err("`all` is not one scenario".into()),
         };
@@ -314,6 +399,12 @@ impl Bench {
         })
     }
 
+    /// The replication stream id of the server started last (its slot is
+    /// `syncline_slot_<id>`, its publication `syncline_publication_<id>`).
+    fn stream_id(&self) -> String {
+        format!("electric{}", self.servers)
+    }
+
     /// Whether the points use a server this run did not start (`--url`).
     fn is_external(&self) -> bool {
         matches!(self.target, Target::External { .. })
@@ -350,7 +441,7 @@ impl Bench {
         self.servers += 1;
         let (process, url, point) = match &self.target {
             Target::Own { binary, cluster } => {
-                let stream = format!("electric{}", self.servers);
+                let stream = self.stream_id();
                 let mut all_flags = vec!["--max-concurrent-requests", ADMIT_ALL];
                 all_flags.extend_from_slice(flags);
                 let process = ServerProcess::start_with(binary, cluster, &stream, &all_flags)
@@ -554,6 +645,34 @@ fn pool() -> Result<reqwest::Client, Error> {
         .timeout(CLIENT_TIMEOUT)
         .tcp_nodelay(true)
         .build()?)
+}
+
+/// Syncs every client of `clients` (from `offset=-1` until up to date, no live request), at
+/// most `concurrency` at once: creates their shapes as fast as the server takes them. Returns
+/// the errors of the clients that failed.
+async fn sync_all(
+    clients: impl IntoIterator<Item = Result<ShapeClient, Error>>,
+    concurrency: usize,
+) -> Result<Errors, Error> {
+    let mut errors = Errors::default();
+    let mut tasks = JoinSet::new();
+    for client in clients {
+        if tasks.len() >= concurrency {
+            if let Some(joined) = tasks.join_next().await {
+                if let Err(e) = joined? {
+                    errors.push(e);
+                }
+            }
+        }
+        let mut client = client?;
+        tasks.spawn(async move { client.sync().await.map(|_| ()) });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(e) = joined? {
+            errors.push(e);
+        }
+    }
+    Ok(errors)
 }
 
 /// Distinct shapes that each hold every `users` row: `where=name <> '<k>'` (no name is a bare
@@ -944,6 +1063,15 @@ fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Ve
     headline.insert("parameters".into(), parameters);
     headline.insert("points".into(), points.into());
     Value::Object(headline)
+}
+
+/// `result` (a [`scenario_json`]) without the `users` row count in its parameters, for a
+/// scenario whose rows are in a table of its own.
+fn without_users_rows(mut result: Value) -> Value {
+    if let Some(parameters) = result["parameters"].as_object_mut() {
+        parameters.remove("rows");
+    }
+    result
 }
 
 /// Replaces the `/proc` figures (`rss_bytes*`, `peak_rss_bytes*`, `cpu_s*`) of a scenario's
