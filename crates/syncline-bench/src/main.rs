@@ -44,8 +44,8 @@ enum Scenario {
     Ingest,
     /// The shape-log storage engine vs SQLite and fjall behind one trait, and raw file I/O.
     Storage,
-    /// One small transaction made durable in N shape logs at once: one sync per log vs one
-    /// `syncfs` for all.
+    /// One small transaction made durable in N shape logs at once: each log's sync in turn vs
+    /// all syncs issued together.
     GroupFlush,
     /// Routing a change through the shape router's indexes vs evaluating every shape.
     Route,

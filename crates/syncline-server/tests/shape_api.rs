@@ -834,7 +834,7 @@ async fn concurrent_requests_make_one_shape_per_definition() {
         }
     });
     let replies = futures_util::future::join_all(requests).await;
-    let mut handles: std::collections::HashMap<i32, std::collections::HashSet<String>> =
+    let mut handles: std::collections::HashMap<usize, std::collections::HashSet<String>> =
         std::collections::HashMap::new();
     for (k, handle) in replies {
         handles.entry(k).or_default().insert(handle);
@@ -842,8 +842,8 @@ async fn concurrent_requests_make_one_shape_per_definition() {
     assert_eq!(handles.len(), 20);
     let distinct: std::collections::HashSet<&String> = handles.values().flatten().collect();
     assert_eq!(distinct.len(), 20, "one handle per definition: {handles:?}");
-    for k in 0..20 {
+    for k in 0..20usize {
         let (_, _, rows) = f.sync(&format!("table=t&where=id>{k}")).await;
-        assert_eq!(rows.len(), 40 - k as usize);
+        assert_eq!(rows.len(), 40 - k);
     }
 }

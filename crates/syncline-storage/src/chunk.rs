@@ -377,14 +377,27 @@ impl OpenChunk {
         self.sync(io, true)
     }
 
-    /// Records that a sync of the whole file system (after [`OpenChunk::write_out`]) made
-    /// everything written durable, and starts a new sync interval.
-    pub fn synced_with_file_system(&mut self) {
+    /// The files [`OpenChunk::write_and_sync_journal`] syncs after its write: the journal if
+    /// it was written, and the chunk files if written in place since the last sync.
+    pub fn files_to_sync(&self) -> Vec<(&File, &Path)> {
+        let mut files: Vec<(&File, &Path)> = Vec::with_capacity(4);
+        if self.in_place_unsynced {
+            for a in [&self.json, &self.keys, &self.recs] {
+                files.push((&a.file, a.path.as_path()));
+            }
+        }
+        if self.journal_unsynced {
+            files.push((&self.journal.file, self.journal.path.as_path()));
+        }
+        files
+    }
+
+    /// Records that the files of [`OpenChunk::files_to_sync`] were synced by the caller after
+    /// [`OpenChunk::write_out`], and starts a new sync interval.
+    pub fn synced(&mut self) {
         assert_eq!(self.buffered_bytes(), 0, "buffers are written out first");
-        self.in_place_unsynced = false;
-        self.files_unsynced = false;
-        self.journal_unsynced = false;
-        self.journaled = 0;
+        let chunk_files = self.in_place_unsynced;
+        self.mark_synced(chunk_files);
     }
 
     /// Syncs the journal if it was written and the chunk files if `chunk_files` (all started
@@ -400,11 +413,17 @@ impl OpenChunk {
             files.push((&self.journal.file, self.journal.path.as_path()));
         }
         io.sync_data_all(&files)?;
+        self.mark_synced(chunk_files);
+        Ok(())
+    }
+
+    /// Starts a new sync interval once the journal, and the chunk files if `chunk_files`, are
+    /// synced.
+    fn mark_synced(&mut self, chunk_files: bool) {
         self.in_place_unsynced = false;
         self.files_unsynced &= !chunk_files;
         self.journal_unsynced = false;
         self.journaled = 0;
-        Ok(())
     }
 
     /// The lengths of the chunk's files, written or buffered.

@@ -1,7 +1,7 @@
 //! The writer's only way to change files, so every write boundary can be observed and stopped.
 //!
-//! Each mutating system call (write, fdatasync, syncfs, create, rename, truncate, remove,
-//! directory fsync) is one *boundary*. A [`FaultPlan`] counts boundaries, can make the writer fail at a
+//! Each mutating system call (write, fdatasync, create, rename, truncate, remove, directory
+//! fsync) is one *boundary*. A [`FaultPlan`] counts boundaries, can make the writer fail at a
 //! chosen one (a crash at that point), and remembers what reached the disk so that
 //! [`FaultPlan::simulate_power_loss`] can throw away exactly what was never synced.
 
@@ -219,37 +219,6 @@ impl Io {
             }
         }
         Ok(())
-    }
-
-    /// `syncfs` of the file system holding `dir`: everything written to any file on it, and
-    /// every directory entry, is durable, with one device flush however many files were written.
-    /// Since Linux 5.8 a write-back error on that file system since `dir` was opened is
-    /// reported here. The error is returned bare, so that each log it fails can be given a copy.
-    pub fn sync_fs(&self, dir: &Path) -> io::Result<()> {
-        if let Some(plan) = &self.plan {
-            plan.boundary()?;
-        }
-        let d = File::open(dir)?;
-        // SAFETY: syncfs on a descriptor we own; no memory is involved.
-        if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(plan) = &self.plan {
-            for t in plan.files.lock().unwrap().values_mut() {
-                t.synced_len = t.len;
-                t.dir_synced = true;
-            }
-        }
-        Ok(())
-    }
-
-    /// A copy of `e` for another log (`io::Error` is not `Clone`): the same OS error code, or
-    /// the same kind and message.
-    pub fn copy_error(e: &io::Error) -> io::Error {
-        e.raw_os_error().map_or_else(
-            || io::Error::new(e.kind(), e.to_string()),
-            io::Error::from_raw_os_error,
-        )
     }
 
     /// Atomically renames `from` over `to` (same directory).

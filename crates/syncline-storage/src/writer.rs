@@ -2,11 +2,13 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use syncline_core::LogOffset;
 
 use crate::chunk::OpenChunk;
-use crate::error::{io_err, Result, StorageError};
+use crate::error::{Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
     FLAG_SNAPSHOT_DONE, INDEX_FILE,
@@ -151,8 +153,8 @@ impl Writer {
         })
     }
 
-    /// Writes everything buffered (not synced): the first half of [`flush_all`]'s flush.
-    /// Returns the last committed offset, which the sync that follows makes durable.
+    /// Writes everything buffered (not synced): the first of [`flush_all`]'s three steps.
+    /// Returns the last committed offset, which the syncs that follow make durable.
     fn write_unsynced(&mut self) -> Result<Option<LogOffset>> {
         self.guarded(|w| {
             w.tail.write_out(&w.io)?;
@@ -160,16 +162,31 @@ impl Writer {
         })
     }
 
-    /// The second half of [`flush_all`]'s flush, once a sync of the whole file system followed
-    /// [`Writer::write_unsynced`], which returned `committed`: as [`Writer::flush`] after its
-    /// syncs.
-    fn synced_with_file_system(&mut self, committed: Option<LogOffset>) -> Result<()> {
+    /// What [`Writer::flush`] would sync after [`Writer::write_unsynced`]: the tail's files,
+    /// and the directory if files were created in it.
+    fn pending_syncs(&self) -> Vec<PendingSync<'_>> {
+        let mut syncs: Vec<PendingSync<'_>> = self
+            .tail
+            .files_to_sync()
+            .into_iter()
+            .map(|(file, path)| PendingSync::File(file, path))
+            .collect();
+        if self.dir_dirty {
+            syncs.push(PendingSync::Dir(&self.dir));
+        }
+        syncs
+    }
+
+    /// The last of [`flush_all`]'s steps, once every sync of [`Writer::pending_syncs`]
+    /// succeeded after [`Writer::write_unsynced`] returned `committed`: as [`Writer::flush`]
+    /// after its syncs.
+    fn synced(&mut self, committed: Option<LogOffset>) -> Result<()> {
         self.guarded(|w| {
             assert_eq!(
                 committed, w.last_committed,
-                "nothing is committed between the two halves of a group flush"
+                "nothing is committed between the steps of a group flush"
             );
-            w.tail.synced_with_file_system();
+            w.tail.synced();
             w.tail.shrink_buffers();
             w.dir_dirty = false;
             w.append_index_entries()?;
@@ -333,54 +350,104 @@ impl Writer {
     }
 }
 
-/// Logs flushed together from this many on with one `syncfs` ([`GroupSync::Auto`]): below it,
-/// one `fdatasync` per log costs less (`syncline-bench group-flush` measures both).
+/// Logs flushed together from this many on with concurrent syncs ([`GroupSync::Auto`]): below
+/// it, the log's own flush (`syncline-bench group-flush` measures both).
 pub const GROUP_FLUSH_MIN_LOGS: usize = 2;
+
+/// Threads that sync at once in a group flush: enough concurrent `fdatasync`s that the file
+/// system commits them together.
+const GROUP_SYNC_THREADS_MAX: usize = 64;
 
 /// How [`flush_all`] makes its logs durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupSync {
-    /// [`GroupSync::FileSystem`] from [`GROUP_FLUSH_MIN_LOGS`] logs on, else
+    /// [`GroupSync::Concurrent`] from [`GROUP_FLUSH_MIN_LOGS`] logs on, else
     /// [`GroupSync::EachLog`].
     Auto,
-    /// Each log's own syncs, as [`Writer::flush`].
+    /// Each log's own flush, one after the other, as [`Writer::flush`].
     EachLog,
-    /// One `syncfs` for all.
-    FileSystem,
+    /// Every log's syncs issued together, from up to 64 threads.
+    Concurrent,
+}
+
+/// A file or directory a group flush syncs.
+enum PendingSync<'a> {
+    File(&'a File, &'a Path),
+    Dir(&'a Path),
 }
 
 /// Flushes several logs, each as [`Writer::flush`] does, and returns each one's result in
-/// order. With [`GroupSync::FileSystem`] the durability costs one sync whatever their number:
-/// every log's buffers are written, then one `syncfs` makes the whole file system durable, then
-/// each log's index entries (if chunks closed) are written and synced. A failed `syncfs` fails
-/// every log still in the group: a write-back error cannot be traced to a file.
+/// order. With [`GroupSync::Concurrent`], every log's buffers are written, then all their
+/// syncs (`fdatasync` of each journal, and of chunk files written in place; `fsync` of new
+/// directory entries) are issued at once from up to 64 threads, so the file system commits them
+/// together (on ext4 concurrent syncs share journal commits and device flushes: the cost grows
+/// far slower than the number of logs), then each log's index entries, if chunks closed, are
+/// written and synced. A log whose sync fails fails alone.
 pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Option<LogOffset>>> {
-    let one_sync = match sync {
+    let concurrent = match sync {
         GroupSync::Auto => writers.len() >= GROUP_FLUSH_MIN_LOGS,
         GroupSync::EachLog => false,
-        GroupSync::FileSystem => true,
+        GroupSync::Concurrent => true,
     };
-    if !one_sync {
+    if !concurrent {
         return writers.iter_mut().map(|w| w.flush()).collect();
     }
     let mut results: Vec<Result<Option<LogOffset>>> =
         writers.iter_mut().map(|w| w.write_unsynced()).collect();
-    let Some(first) = writers.first() else {
-        return results;
+    let sync_results = {
+        let syncs: Vec<(usize, PendingSync<'_>)> = writers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| results[*i].is_ok())
+            .flat_map(|(i, w)| w.pending_syncs().into_iter().map(move |p| (i, p)))
+            .collect();
+        let ios: Vec<&Io> = writers.iter().map(|w| &w.io).collect();
+        sync_concurrently(&syncs, &ios)
     };
-    let root = first.dir.parent().unwrap_or(&first.dir).to_path_buf();
-    let synced = first.io.sync_fs(&root);
+    for (i, error) in sync_results {
+        if results[i].is_ok() {
+            writers[i].poisoned = true;
+            results[i] = Err(error);
+        }
+    }
     for (w, result) in writers.iter_mut().zip(results.iter_mut()) {
-        let Ok(committed) = *result else {
-            continue;
-        };
-        *result = match &synced {
-            Ok(()) => w.synced_with_file_system(committed).map(|()| committed),
-            Err(e) => {
-                w.poisoned = true;
-                Err(io_err(&root)(Io::copy_error(e)))
+        if let Ok(committed) = *result {
+            if let Err(e) = w.synced(committed) {
+                *result = Err(e);
             }
-        };
+        }
     }
     results
+}
+
+/// Runs every sync of `syncs` (each tagged with its log's index into `ios`) from up to
+/// [`GROUP_SYNC_THREADS_MAX`] threads; returns the failures, by log.
+fn sync_concurrently(
+    syncs: &[(usize, PendingSync<'_>)],
+    ios: &[&Io],
+) -> Vec<(usize, StorageError)> {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let run = || loop {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let Some((i, sync)) = syncs.get(n) else {
+            return;
+        };
+        let io = ios[*i];
+        let result = match sync {
+            PendingSync::File(file, path) => io.sync_data(file, path),
+            PendingSync::Dir(dir) => io.sync_dir(dir),
+        };
+        if let Err(e) = result {
+            failures.lock().expect("failures lock").push((*i, e));
+        }
+    };
+    let threads = syncs.len().min(GROUP_SYNC_THREADS_MAX);
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(run);
+        }
+        run();
+    });
+    failures.into_inner().expect("failures lock")
 }

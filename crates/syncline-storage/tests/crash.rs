@@ -18,8 +18,8 @@ const SHAPE: &str = "crashy";
 const WORKLOAD_TXNS: u64 = 16;
 /// Shapes the group-flush workload writes to.
 const GROUP_LOGS: usize = 4;
-/// Transactions the group-flush workload writes to each of its shapes (each `syncfs` is a
-/// real one, so fewer than [`WORKLOAD_TXNS`]).
+/// Transactions the group-flush workload writes to each of its shapes (fewer than
+/// [`WORKLOAD_TXNS`]: every stop runs it on several shapes).
 const GROUP_WORKLOAD_TXNS: u64 = 6;
 /// The transaction after which the workload compacts the log.
 const COMPACT_AFTER_TXN: u64 = 10;
@@ -172,7 +172,7 @@ fn recovery_after_a_stop_at_every_write_boundary() {
 }
 
 /// Runs the first [`GROUP_WORKLOAD_TXNS`] transactions of the workload on
-/// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] (one `syncfs`)
+/// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] (concurrent syncs)
 /// every other transaction, until it ends or fails; `durable`
 /// holds the last transaction reported durable in every shape.
 fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<()> {
@@ -190,7 +190,7 @@ fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> R
         }
         if t % 2 == 0 {
             let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
-            for reported in flush_all(&mut group, GroupSync::FileSystem) {
+            for reported in flush_all(&mut group, GroupSync::Concurrent) {
                 assert_eq!(reported?, msgs.last().map(|m| m.offset));
             }
             *durable = t;
