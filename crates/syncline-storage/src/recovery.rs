@@ -60,7 +60,7 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
     let bytes = fs::read(&index_path).map_err(io_err(&index_path))?;
     let indexed = decode_entries(&bytes, None);
     let clean = if bytes.len() == indexed.len() * ENTRY_BYTES {
-        closed_cleanly(dir, to_u64(indexed.len()))?
+        closed_cleanly(dir, to_u64(indexed.len()), indexed.last().map(|e| e.last))?
     } else {
         None
     };
@@ -131,8 +131,10 @@ fn recover(
 /// The tail as a clean close left it, if the journal of tail `seq` ends with a close record for
 /// it (its size no multiple of [`JOURNAL_ALLOCATE_BYTES`]) and the tail's files still hold what
 /// the record says: each at least its length, the records ending with a commit at the JSON and
-/// key lengths and at the last committed offset. `None` otherwise: recovery runs. Reads only.
-fn closed_cleanly(dir: &Path, seq: u64) -> Result<Option<Clean>> {
+/// key lengths and at the last committed offset; an empty tail's last committed offset is the
+/// last indexed chunk's end (`indexed_last`), if any. `None` otherwise: recovery runs. Reads
+/// only.
+fn closed_cleanly(dir: &Path, seq: u64, indexed_last: Option<LogOffset>) -> Result<Option<Clean>> {
     let path = journal_path(dir, seq);
     let journal = match OpenOptions::new().read(true).write(true).open(&path) {
         Ok(f) => f,
@@ -172,7 +174,7 @@ fn closed_cleanly(dir: &Path, seq: u64) -> Result<Option<Clean>> {
         return Ok(None);
     }
     if lens.recs == 0 {
-        let empty = lens.json == 0 && lens.keys == 0 && record.last_committed.is_none();
+        let empty = lens.json == 0 && lens.keys == 0 && record.last_committed == indexed_last;
         return Ok(empty.then_some(Clean {
             record,
             journal,

@@ -109,7 +109,9 @@ impl Writer {
 
     /// Appends `end` (the snapshot's closing message) to the current chunk whatever its size,
     /// and marks the initial snapshot complete, committing it; readers learn it from the files
-    /// after the next flush.
+    /// after the next flush. The snapshot's last chunk closes at once and the log's first chunk
+    /// is created (its files synced), so the first transaction after the snapshot only appends:
+    /// creating files is costly, and that transaction may reach thousands of new shapes.
     pub fn complete_snapshot(&mut self, end: &Message<'_>) -> Result<()> {
         if end.key.len() > KEY_BYTES_MAX {
             return Err(StorageError::KeyTooLong(end.key.len()));
@@ -131,7 +133,7 @@ impl Writer {
             w.last_appended = Some(end.offset);
             w.snapshot_done = true;
             w.push_commit();
-            Ok(())
+            w.roll_over()
         })
     }
 

@@ -323,13 +323,18 @@ fn the_snapshot_ends_its_own_chunk() {
         (first.chunk, first.end_offset),
         (0, Some(LogOffset::new(0, 3)))
     );
-    assert_eq!(r.closed_chunk_last(0).unwrap(), None, "the tail is open");
+    assert_eq!(
+        r.closed_chunk_last(0).unwrap(),
+        Some(LogOffset::new(0, 3)),
+        "the snapshot's chunk closed with it"
+    );
+    let empty = r.read(Some(LogOffset::new(0, 3))).unwrap();
+    assert!(empty.body.is_none() && empty.up_to_date);
 
     let change = Owned::new(LogOffset::new(77, 0), "k0", Operation::Update, "u");
     w.append(&[change.as_message()]).unwrap();
     w.commit().unwrap();
     w.flush().unwrap();
-    assert_eq!(r.closed_chunk_last(0).unwrap(), Some(LogOffset::new(0, 3)));
     let snapshot = r.read(None).unwrap();
     assert!(snapshot.chunk_closed);
     assert_eq!(
