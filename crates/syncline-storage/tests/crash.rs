@@ -151,21 +151,34 @@ fn recovery_after_a_stop_at_every_write_boundary() {
     assert_eq!(committed_prefix_with_compaction(&lines), WORKLOAD_TXNS);
     let boundaries = counter.boundaries();
     assert!(boundaries > 100, "workload has {boundaries} boundaries");
+    every_stop(dir.path(), boundaries, run_workload, |root, durable| {
+        check_recovery(root, SHAPE, durable);
+    });
+}
+
+/// Runs `workload` stopped at each of its `boundaries` write boundaries, each as a process
+/// crash and as a power cut (alternately keeping a prefix of the unsynced bytes, or later bytes
+/// without earlier ones), and checks the recovery of each with `check` (given the last
+/// transaction reported durable).
+fn every_stop(
+    dir: &Path,
+    boundaries: u64,
+    workload: impl Fn(&Path, Arc<FaultPlan>, &mut u64) -> Result<()>,
+    check: impl Fn(&Path, u64),
+) {
     for stop in 0..boundaries {
-        // Every boundary is tried as a process crash and as a power cut (alternately keeping a
-        // prefix of the unsynced bytes, or later bytes without earlier ones).
         for power_loss in [None, Some(stop % 2 == 1)] {
-            let root = dir.path().join(format!("stop-{stop}-{power_loss:?}"));
+            let root = dir.join(format!("stop-{stop}-{power_loss:?}"));
             let plan = FaultPlan::stop_at(stop);
             let mut durable = 0;
             assert!(
-                run_workload(&root, plan.clone(), &mut durable).is_err(),
+                workload(&root, plan.clone(), &mut durable).is_err(),
                 "stop {stop} must interrupt"
             );
             if let Some(hole) = power_loss {
                 common::power_cut(&plan, hole, stop);
             }
-            check_recovery(&root, SHAPE, durable);
+            check(&root, durable);
             std::fs::remove_dir_all(&root).unwrap();
         }
     }
@@ -211,24 +224,16 @@ fn group_flush_recovery_after_a_stop_at_every_write_boundary() {
         boundaries > 100,
         "group workload has {boundaries} boundaries"
     );
-    for stop in 0..boundaries {
-        for power_loss in [None, Some(stop % 2 == 1)] {
-            let root = dir.path().join(format!("stop-{stop}-{power_loss:?}"));
-            let plan = FaultPlan::stop_at(stop);
-            let mut durable = 0;
-            assert!(
-                run_group_workload(&root, plan.clone(), &mut durable).is_err(),
-                "stop {stop} must interrupt"
-            );
-            if let Some(hole) = power_loss {
-                common::power_cut(&plan, hole, stop);
-            }
+    every_stop(
+        dir.path(),
+        boundaries,
+        run_group_workload,
+        |root, durable| {
             for i in 0..GROUP_LOGS {
-                check_recovery(&root, &format!("group-{i}"), durable);
+                check_recovery(root, &format!("group-{i}"), durable);
             }
-            std::fs::remove_dir_all(&root).unwrap();
-        }
-    }
+        },
+    );
 }
 
 /// The child process of [`a_writer_killed_mid_stream_recovers_a_committed_prefix`]: writes the

@@ -9,11 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use tokio::task::JoinSet;
 
 use super::client::Error;
 use super::server_metrics::{metric, open_fds};
-use super::{per, pool, round3, scenario_json, users_client, wait_active, Bench, Errors, Server};
+use super::{per, pool, round3, scenario_json, sync_all, users_client, wait_active, Bench, Server};
 
 /// Shape requests in flight at once while creating the shapes.
 const CREATE_CONCURRENCY: usize = 32;
@@ -63,7 +62,8 @@ pub(super) async fn idle_shapes(bench: &mut Bench, points: &[usize]) -> Result<V
         let empty_disk = disk_bytes(&storage)?;
 
         let started = Instant::now();
-        let errors = create_shapes(&http, &server, n).await?;
+        let clients = (1..=n).map(|k| users_client(&http, &server, Some(&idle_where(k)), false));
+        let errors = sync_all(clients, CREATE_CONCURRENCY).await?;
         let created = started.elapsed();
         let idle = Figures::read(&server, &http).await?;
         let idle_disk = disk_bytes(&storage)?;
@@ -148,30 +148,6 @@ pub(super) async fn idle_shapes(bench: &mut Bench, points: &[usize]) -> Result<V
         }),
         results,
     ))
-}
-
-/// Creates the shapes `1..=n` through [`CREATE_CONCURRENCY`] concurrent clients; returns the
-/// errors of those that failed.
-async fn create_shapes(http: &reqwest::Client, server: &Server, n: usize) -> Result<Errors, Error> {
-    let mut errors = Errors::default();
-    let mut tasks = JoinSet::new();
-    for k in 1..=n {
-        if tasks.len() >= CREATE_CONCURRENCY {
-            if let Some(joined) = tasks.join_next().await {
-                if let Err(e) = joined? {
-                    errors.push(e);
-                }
-            }
-        }
-        let mut client = users_client(http, server, Some(&idle_where(k)), false)?;
-        tasks.spawn(async move { client.sync().await.map(|_| ()) });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        if let Err(e) = joined? {
-            errors.push(e);
-        }
-    }
-    Ok(errors)
 }
 
 impl Server {
