@@ -3,14 +3,17 @@
 //! small flush needs a single `fdatasync` (a large one syncs the chunk files instead).
 
 use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasher, RandomState};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use syncline_core::LogOffset;
 
 use crate::error::{io_err, Result};
 use crate::format::{
-    chunk_path, encode_journal_header, journal_path, ChunkEntry, ChunkFile, ChunkLens, CloseRecord,
-    FrameHeader, Record, RecordKind, CLOSE_RECORD_BYTES, FRAME_JSON_IN_PLACE,
+    chunk_path, journal_path, ChunkEntry, ChunkFile, ChunkLens, CloseRecord, FrameHeader,
+    JournalHeader, Record, RecordKind, CLOSE_RECORD_BYTES, FRAME_JSON_IN_PLACE,
     FRAME_RECORDS_IN_PLACE, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, RECORD_BYTES,
 };
 use crate::io::Io;
@@ -44,10 +47,40 @@ impl Appender {
 struct Journal {
     path: PathBuf,
     file: File,
+    /// This journal's random id ([`JournalHeader::id`]).
+    id: u64,
     len: u64,
+    /// Length of the frames durable at the last sync (by this file's own or the group
+    /// journal's).
+    synced_len: u64,
     /// The file's size: frames are written into this (sparse) space, so that a sync after a
     /// small write rarely has to commit a size change.
     allocated: u64,
+}
+
+/// What a log journal's frames since its last sync need from the group journal to be durable
+/// without the journal's own sync: the bytes, where they go, and which journal takes them.
+#[derive(Debug)]
+pub(crate) struct JournalWrite<'a> {
+    /// The journal's path.
+    pub path: &'a Path,
+    /// The journal's id.
+    pub id: u64,
+    /// Where the bytes start in the journal.
+    pub at: u64,
+    /// The journal's size.
+    pub file_len: u64,
+    /// The frames written since the last sync.
+    pub bytes: Vec<u8>,
+}
+
+/// A new journal id: random (std's per-process random hash keys, which change with every
+/// `RandomState`), mixed with the time.
+fn new_journal_id() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    RandomState::new().hash_one(nanos)
 }
 
 /// Capacity each of the open chunk's three buffers keeps after a flush: one writer's share of
@@ -61,27 +94,49 @@ impl Journal {
         let path = journal_path(dir, seq);
         let tmp = path.with_extension("journal.tmp");
         let file = io.create(&tmp)?;
-        io.write_at(&file, &tmp, 0, &encode_journal_header(base))?;
+        let id = new_journal_id();
+        io.write_at(&file, &tmp, 0, &JournalHeader { base, id }.encode())?;
         io.set_len(&file, &tmp, JOURNAL_ALLOCATE_BYTES)?;
         io.sync_data(&file, &tmp)?;
         io.rename(&tmp, &path)?;
+        let len = to_u64(JOURNAL_HEADER_BYTES);
         Ok(Journal {
             path,
             file,
-            len: to_u64(JOURNAL_HEADER_BYTES),
+            id,
+            len,
+            synced_len: len,
             allocated: JOURNAL_ALLOCATE_BYTES,
         })
     }
 
-    /// Continues the journal a clean close left in `file`: its frames end at `close_at`, where
-    /// the close record lies (the next frame overwrites it), and the file ends after the record.
-    fn resume(path: PathBuf, file: File, close_at: u64) -> Journal {
+    /// Continues the journal a clean close left in `file` with header `header`: its frames
+    /// end at `close_at`, where the close record lies (the next frame overwrites it), and the
+    /// file ends after the record.
+    fn resume(path: PathBuf, file: File, header: JournalHeader, close_at: u64) -> Journal {
         Journal {
             path,
             file,
+            id: header.id,
             len: close_at,
+            synced_len: close_at,
             allocated: close_at + to_u64(CLOSE_RECORD_BYTES),
         }
+    }
+
+    /// The frames written since the last sync, read back from the file.
+    fn unsynced_write(&self) -> Result<JournalWrite<'_>> {
+        let mut bytes = vec![0u8; crate::num::to_usize(self.len - self.synced_len)];
+        self.file
+            .read_exact_at(&mut bytes, self.synced_len)
+            .map_err(io_err(&self.path))?;
+        Ok(JournalWrite {
+            path: &self.path,
+            id: self.id,
+            at: self.synced_len,
+            file_len: self.allocated,
+            bytes,
+        })
     }
 
     /// Appends a frame, first extending the file's size by whole steps if it would not fit.
@@ -106,6 +161,8 @@ pub(crate) enum JournalStart {
     Resume {
         /// The journal, open for reading and writing.
         file: File,
+        /// Its header.
+        header: JournalHeader,
         /// Where the close record lies: the end of the frames.
         close_at: u64,
     },
@@ -225,9 +282,11 @@ impl OpenChunk {
             recs: open(ChunkFile::Recs, lens.recs)?,
             journal: match journal {
                 JournalStart::Fresh => Journal::start(io, dir, seq, lens)?,
-                JournalStart::Resume { file, close_at } => {
-                    Journal::resume(journal_path(dir, seq), file, close_at)
-                }
+                JournalStart::Resume {
+                    file,
+                    header,
+                    close_at,
+                } => Journal::resume(journal_path(dir, seq), file, header, close_at),
             },
             first: state.first,
             last: state.last_commit.map(|r| r.offset),
@@ -378,18 +437,28 @@ impl OpenChunk {
     }
 
     /// The files [`OpenChunk::write_and_sync_journal`] syncs after its write: the journal if
-    /// it was written, and the chunk files if written in place since the last sync.
-    pub fn files_to_sync(&self) -> Vec<(&File, &Path)> {
+    /// it was written and `with_journal`, and the chunk files if written in place since the
+    /// last sync.
+    pub fn files_to_sync(&self, with_journal: bool) -> Vec<(&File, &Path)> {
         let mut files: Vec<(&File, &Path)> = Vec::with_capacity(4);
         if self.in_place_unsynced {
             for a in [&self.json, &self.keys, &self.recs] {
                 files.push((&a.file, a.path.as_path()));
             }
         }
-        if self.journal_unsynced {
+        if self.journal_unsynced && with_journal {
             files.push((&self.journal.file, self.journal.path.as_path()));
         }
         files
+    }
+
+    /// The journal's frames written since its last sync, for the group journal to make
+    /// durable instead of the journal's own sync; `None` if there are none.
+    pub fn journal_write(&self) -> Result<Option<JournalWrite<'_>>> {
+        if !self.journal_unsynced {
+            return Ok(None);
+        }
+        self.journal.unsynced_write().map(Some)
     }
 
     /// Records that the files of [`OpenChunk::files_to_sync`] were synced by the caller after
@@ -420,6 +489,7 @@ impl OpenChunk {
     /// Starts a new sync interval once the journal, and the chunk files if `chunk_files`, are
     /// synced.
     fn mark_synced(&mut self, chunk_files: bool) {
+        self.journal.synced_len = self.journal.len;
         self.in_place_unsynced = false;
         self.files_unsynced &= !chunk_files;
         self.journal_unsynced = false;

@@ -60,6 +60,23 @@ pub enum StorageError {
     Poisoned,
 }
 
+impl StorageError {
+    /// The same failure again, for each of several callers it reaches (the group journal's
+    /// failure is every log's it held).
+    pub(crate) fn duplicate(&self) -> StorageError {
+        match self {
+            StorageError::Io { path, source } => StorageError::Io {
+                path: path.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            other => StorageError::Io {
+                path: PathBuf::new(),
+                source: io::Error::other(other.to_string()),
+            },
+        }
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 

@@ -273,30 +273,129 @@ impl ChunkLens {
     }
 }
 
-/// Encodes a journal header: the chunk lengths that were durable when the journal started.
-pub fn encode_journal_header(base: ChunkLens) -> [u8; JOURNAL_HEADER_BYTES] {
-    let mut buf = [0u8; JOURNAL_HEADER_BYTES];
-    buf[0..8].copy_from_slice(&JOURNAL_MAGIC);
-    buf[8..12].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
-    buf[16..24].copy_from_slice(&base.json.to_le_bytes());
-    buf[24..32].copy_from_slice(&base.keys.to_le_bytes());
-    buf[32..40].copy_from_slice(&base.recs.to_le_bytes());
-    let crc = crc32fast::hash(&buf[0..60]);
-    buf[60..64].copy_from_slice(&crc.to_le_bytes());
-    buf
+/// A journal's header: the chunk lengths that were durable when it started, and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeader {
+    /// Bytes of the chunk files durable when the journal started.
+    pub base: ChunkLens,
+    /// Random, new for every journal started: the group journal's entries name the journal
+    /// they belong to by path and id, so a later journal at the same path never takes them
+    /// (0 in journals written before ids existed).
+    pub id: u64,
 }
 
-/// Decodes a journal header; `None` if it is damaged or of an unknown version.
-pub fn decode_journal_header(buf: &[u8]) -> Option<ChunkLens> {
-    let ok = buf.len() == JOURNAL_HEADER_BYTES
-        && buf[0..8] == JOURNAL_MAGIC
-        && (1..=JOURNAL_VERSION).contains(&u32::from_le_bytes(buf[8..12].try_into().unwrap()))
-        && crc32fast::hash(&buf[0..60]) == u32::from_le_bytes(buf[60..64].try_into().unwrap());
-    ok.then(|| ChunkLens {
-        json: u64_at(buf, 16),
-        keys: u64_at(buf, 24),
-        recs: u64_at(buf, 32),
-    })
+impl JournalHeader {
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; JOURNAL_HEADER_BYTES] {
+        let mut buf = [0u8; JOURNAL_HEADER_BYTES];
+        buf[0..8].copy_from_slice(&JOURNAL_MAGIC);
+        buf[8..12].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
+        buf[16..24].copy_from_slice(&self.base.json.to_le_bytes());
+        buf[24..32].copy_from_slice(&self.base.keys.to_le_bytes());
+        buf[32..40].copy_from_slice(&self.base.recs.to_le_bytes());
+        buf[40..48].copy_from_slice(&self.id.to_le_bytes());
+        let crc = crc32fast::hash(&buf[0..60]);
+        buf[60..64].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    /// Decodes a header; `None` if it is damaged or of an unknown version.
+    pub fn decode(buf: &[u8]) -> Option<JournalHeader> {
+        let ok = buf.len() == JOURNAL_HEADER_BYTES
+            && buf[0..8] == JOURNAL_MAGIC
+            && (1..=JOURNAL_VERSION).contains(&u32::from_le_bytes(buf[8..12].try_into().unwrap()))
+            && crc32fast::hash(&buf[0..60]) == u32::from_le_bytes(buf[60..64].try_into().unwrap());
+        ok.then(|| JournalHeader {
+            base: ChunkLens {
+                json: u64_at(buf, 16),
+                keys: u64_at(buf, 24),
+                recs: u64_at(buf, 32),
+            },
+            id: u64_at(buf, 40),
+        })
+    }
+}
+
+/// Name prefix of a store's group journal files (a dot name: never a shape's).
+pub const GROUP_JOURNAL_PREFIX: &str = ".group-journal-";
+/// First four bytes of a group journal entry.
+pub const GROUP_ENTRY_MAGIC: [u8; 4] = *b"SGJE";
+/// Bytes of a group journal entry's header.
+pub const GROUP_ENTRY_HEADER_BYTES: usize = 48;
+
+/// One entry of a group journal: bytes written to a log's journal, made durable by the group
+/// journal's sync instead of the log journal's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    /// The group journal's epoch: a replay stops at the first entry of another epoch.
+    pub epoch: u64,
+    /// The log journal's path, relative to the store root (`<shape-id>/<seq:010>.journal`).
+    pub path: String,
+    /// The log journal's id ([`JournalHeader::id`]).
+    pub journal_id: u64,
+    /// Position of the bytes in the log journal.
+    pub at: u64,
+    /// The log journal's size after the write (it grows in sparse steps).
+    pub file_len: u64,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl GroupEntry {
+    /// Appends the encoded entry to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let mut h = [0u8; GROUP_ENTRY_HEADER_BYTES];
+        h[0..4].copy_from_slice(&GROUP_ENTRY_MAGIC);
+        h[8..16].copy_from_slice(&self.epoch.to_le_bytes());
+        h[16..24].copy_from_slice(&self.journal_id.to_le_bytes());
+        h[24..32].copy_from_slice(&self.at.to_le_bytes());
+        h[32..40].copy_from_slice(&self.file_len.to_le_bytes());
+        let path_len = u32::try_from(self.path.len()).expect("a journal path is short");
+        let bytes_len = u32::try_from(self.bytes.len()).expect("a journal write is under 4 GiB");
+        h[40..44].copy_from_slice(&path_len.to_le_bytes());
+        h[44..48].copy_from_slice(&bytes_len.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&h[8..]);
+        crc.update(self.path.as_bytes());
+        crc.update(&self.bytes);
+        h[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(&self.bytes);
+    }
+
+    /// Decodes the entry at the start of `buf` and its encoded length; `None` if none is there
+    /// intact (torn, damaged, or zeros).
+    pub fn decode(buf: &[u8]) -> Option<(GroupEntry, usize)> {
+        let h = buf.get(..GROUP_ENTRY_HEADER_BYTES)?;
+        if h[0..4] != GROUP_ENTRY_MAGIC {
+            return None;
+        }
+        let path_len = usize::try_from(u32::from_le_bytes(h[40..44].try_into().unwrap())).ok()?;
+        let bytes_len = usize::try_from(u32::from_le_bytes(h[44..48].try_into().unwrap())).ok()?;
+        let end = GROUP_ENTRY_HEADER_BYTES
+            .checked_add(path_len)?
+            .checked_add(bytes_len)?;
+        let body = buf.get(GROUP_ENTRY_HEADER_BYTES..end)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&h[8..]);
+        crc.update(body);
+        if crc.finalize() != u32::from_le_bytes(h[4..8].try_into().unwrap()) {
+            return None;
+        }
+        let path = String::from_utf8(body[..path_len].to_vec()).ok()?;
+        Some((
+            GroupEntry {
+                epoch: u64_at(h, 8),
+                path,
+                journal_id: u64_at(h, 16),
+                at: u64_at(h, 24),
+                file_len: u64_at(h, 32),
+                bytes: body[path_len..].to_vec(),
+            },
+            end,
+        ))
+    }
 }
 
 /// Bytes of the close record a clean close leaves at the end of the tail's journal.
@@ -583,10 +682,11 @@ mod tests {
             keys: 2,
             recs: 40,
         };
-        assert_eq!(
-            decode_journal_header(&encode_journal_header(base)),
-            Some(base)
-        );
+        let header = JournalHeader {
+            base,
+            id: 0x1234_5678,
+        };
+        assert_eq!(JournalHeader::decode(&header.encode()), Some(header));
         let frame = FrameHeader {
             at: base,
             len: ChunkLens {
@@ -618,13 +718,34 @@ mod tests {
         assert_eq!(huge.payload_len(), None);
         assert_eq!(base.checked_add(huge.len), None);
         assert_eq!(base.checked_add(frame.len).map(|l| l.recs), Some(80));
-        let mut v1 = encode_journal_header(base);
+        let mut v1 = JournalHeader { base, id: 0 }.encode();
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
         let crc = crc32fast::hash(&v1[0..60]);
         v1[60..64].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode_journal_header(&v1), Some(base));
+        assert_eq!(JournalHeader::decode(&v1).map(|h| h.base), Some(base));
         assert_eq!(parse_journal_name("0000000003.journal"), Some(3));
         assert_eq!(parse_journal_name("3.journal"), None);
+    }
+
+    #[test]
+    fn group_entries_round_trip_and_refuse_damage() {
+        let entry = GroupEntry {
+            epoch: 3,
+            path: "shape-1/0000000002.journal".into(),
+            journal_id: 99,
+            at: 64,
+            file_len: JOURNAL_ALLOCATE_BYTES,
+            bytes: b"frame bytes".to_vec(),
+        };
+        let mut buf = Vec::new();
+        entry.encode_into(&mut buf);
+        let len = buf.len();
+        buf.extend_from_slice(&[0; 16]);
+        assert_eq!(GroupEntry::decode(&buf), Some((entry.clone(), len)));
+        assert_eq!(GroupEntry::decode(&buf[..len - 1]), None);
+        assert_eq!(GroupEntry::decode(&[0; 64]), None);
+        buf[len - 1] ^= 1;
+        assert_eq!(GroupEntry::decode(&buf), None);
     }
 
     #[test]

@@ -251,6 +251,44 @@ impl Io {
     }
 }
 
+/// Takes an exclusive `flock` on `file` without waiting: `Ok(false)` if another open file
+/// (in this or another process) holds it.
+pub(crate) fn try_lock(file: &File) -> io::Result<bool> {
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(err)
+}
+
+/// Threads that sync at once: enough concurrent `fdatasync`s that the file system commits them
+/// together.
+const SYNC_THREADS_MAX: usize = 64;
+
+/// Runs `task(0..count)`, each index once, from up to [`SYNC_THREADS_MAX`] threads (this one
+/// included): for syncs of many files, which the file system then commits together (on ext4
+/// concurrent syncs share journal commits and device flushes).
+pub(crate) fn run_concurrently(count: usize, task: impl Fn(usize) + Sync) {
+    let next = AtomicU64::new(0);
+    let run = || loop {
+        let n = to_usize(next.fetch_add(1, Ordering::Relaxed));
+        if n >= count {
+            return;
+        }
+        task(n);
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..count.min(SYNC_THREADS_MAX) {
+            scope.spawn(run);
+        }
+        run();
+    });
+}
+
 /// Starts writing a file's dirty pages to the disk without waiting (`sync_file_range` with
 /// `SYNC_FILE_RANGE_WRITE`). Only a hint that changes nothing a crash could observe (unsynced
 /// bytes may reach the disk at any time anyway); an I/O error shows at the `fdatasync` after it.

@@ -5,10 +5,12 @@
 //! and positions in a second, and keys in a third. Closed chunks are immutable and listed in a
 //! sparse index of fixed-width entries; the chunks not yet indexed are made durable through a
 //! journal, so a small flush costs one `fdatasync` (a large one also syncs the chunk files it
-//! wrote in place, rather than writing its bytes twice). One [`Writer`] per shape appends, commits and
-//! flushes in batches, and closes so that reopening it skips recovery; any number of
-//! [`Reader`]s, in any process, read through the files alone and hold no descriptor between
-//! reads, so idle shapes cost no open files. `docs/storage-format.md` specifies the layout, the
+//! wrote in place, rather than writing its bytes twice), and [`flush_all`] makes many logs
+//! durable with one `fdatasync` of the store's group journal, into which their journals' new
+//! frames are copied. One [`Writer`] per shape appends, commits and flushes in batches, and
+//! closes so that reopening it skips recovery; any number of [`Reader`]s, in any process, read
+//! through the files alone and hold no descriptor between reads, so idle shapes cost no open
+//! files. `docs/storage-format.md` specifies the layout, the
 //! write order and recovery.
 //!
 //! ```
@@ -42,6 +44,7 @@ mod chunk;
 mod compaction;
 mod error;
 mod format;
+mod group_journal;
 mod index;
 mod io;
 mod message;
@@ -54,6 +57,7 @@ mod writer;
 
 pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
 pub use error::{Result, StorageError};
+pub use group_journal::GROUP_JOURNAL_BYTES_MAX_DEFAULT;
 pub use io::FaultPlan;
 pub use message::{Message, Operation};
 pub use options::{

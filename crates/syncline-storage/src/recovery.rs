@@ -2,7 +2,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
@@ -10,14 +9,13 @@ use syncline_core::LogOffset;
 use crate::chunk::{JournalStart, OpenChunk, TailState};
 use crate::error::{corrupt, io_err, Result, StorageError};
 use crate::format::{
-    chunk_path, decode_journal_header, journal_path, parse_chunk_name, parse_journal_name,
-    ChunkEntry, ChunkFile, ChunkLens, CloseRecord, FrameHeader, Record, ShapeMeta,
-    CLOSE_RECORD_BYTES, ENTRY_BYTES, FLAG_SNAPSHOT_DONE, FRAME_HEADER_BYTES, INDEX_FILE,
-    INDEX_TMP_FILE, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, META_BYTES, META_FILE,
-    RECORD_BYTES,
+    chunk_path, journal_path, parse_chunk_name, parse_journal_name, ChunkEntry, ChunkFile,
+    ChunkLens, CloseRecord, FrameHeader, JournalHeader, Record, ShapeMeta, CLOSE_RECORD_BYTES,
+    ENTRY_BYTES, FLAG_SNAPSHOT_DONE, FRAME_HEADER_BYTES, INDEX_FILE, INDEX_TMP_FILE,
+    JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, META_BYTES, META_FILE, RECORD_BYTES,
 };
 use crate::index::decode_entries;
-use crate::io::Io;
+use crate::io::{try_lock, Io};
 use crate::num::{to_u64, to_usize};
 use crate::options::WriterOptions;
 use crate::writer::Writer;
@@ -37,6 +35,7 @@ struct TailScan {
 struct Clean {
     record: CloseRecord,
     journal: File,
+    header: JournalHeader,
     close_at: u64,
     first: Option<LogOffset>,
     last_commit: Option<Record>,
@@ -51,12 +50,7 @@ type Opened = (OpenChunk, Option<LogOffset>, bool);
 pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> Result<Writer> {
     let io = Io::new(options.fault_plan.clone());
     let (lock, meta) = lock_shape(dir, shape)?;
-    let index_path = dir.join(INDEX_FILE);
-    let index = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&index_path)
-        .map_err(io_err(&index_path))?;
+    let (index, index_path) = open_index(dir)?;
     let bytes = fs::read(&index_path).map_err(io_err(&index_path))?;
     let indexed = decode_entries(&bytes, None);
     let clean = if bytes.len() == indexed.len() * ENTRY_BYTES {
@@ -64,11 +58,43 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
     } else {
         None
     };
-    let (tail, last_committed, snapshot_done) = match clean {
+    let opened = match clean {
         Some(clean) => reopen_clean(&io, dir, &indexed, clean, options.journal_bytes_max)?,
         None => recover(&io, dir, &index, &indexed, options.journal_bytes_max)?,
     };
-    Ok(Writer {
+    Ok(writer(
+        dir,
+        io,
+        (lock, meta),
+        index,
+        indexed,
+        opened,
+        options,
+    ))
+}
+
+/// The index file, open for reading and writing, and its path.
+fn open_index(dir: &Path) -> Result<(File, PathBuf)> {
+    let path = dir.join(INDEX_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    Ok((file, path))
+}
+
+/// A writer resuming from `opened`.
+fn writer(
+    dir: &Path,
+    io: Io,
+    (lock, meta): (File, ShapeMeta),
+    index: File,
+    indexed: Vec<ChunkEntry>,
+    (tail, last_committed, snapshot_done): Opened,
+    options: &WriterOptions,
+) -> Writer {
+    Writer {
         dir: dir.to_path_buf(),
         io,
         _lock: lock,
@@ -87,7 +113,8 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
         snapshot_done,
         dir_dirty: false,
         poisoned: false,
-    })
+        group: None,
+    }
 }
 
 /// Recovery proper (steps 2 to 6 of "Recovery" in the format doc): cuts the index, the
@@ -155,6 +182,11 @@ fn closed_cleanly(dir: &Path, seq: u64, indexed_last: Option<LogOffset>) -> Resu
     let Some(record) = CloseRecord::decode(&buf).filter(|r| r.seq == seq) else {
         return Ok(None);
     };
+    let mut head = [0u8; JOURNAL_HEADER_BYTES];
+    journal.read_exact_at(&mut head, 0).map_err(io_err(&path))?;
+    let Some(header) = JournalHeader::decode(&head) else {
+        return Ok(None);
+    };
     let lens = record.lens;
     for (file, want) in [
         (ChunkFile::Json, lens.json),
@@ -178,6 +210,7 @@ fn closed_cleanly(dir: &Path, seq: u64, indexed_last: Option<LogOffset>) -> Resu
         return Ok(empty.then_some(Clean {
             record,
             journal,
+            header,
             close_at,
             first: None,
             last_commit: None,
@@ -205,6 +238,7 @@ fn closed_cleanly(dir: &Path, seq: u64, indexed_last: Option<LogOffset>) -> Resu
     Ok(Some(Clean {
         record,
         journal,
+        header,
         close_at,
         first,
         last_commit,
@@ -233,6 +267,7 @@ fn reopen_clean(
     };
     let journal = JournalStart::Resume {
         file: clean.journal,
+        header: clean.header,
         close_at: clean.close_at,
     };
     let tail = OpenChunk::open(io, dir, seq, state, journal, journal_bytes_max)?;
@@ -249,13 +284,8 @@ pub(crate) fn lock_shape(dir: &Path, shape: &str) -> Result<(File, ShapeMeta)> {
         }
         Err(e) => return Err(io_err(&path)(e)),
     };
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(StorageError::WriterBusy(shape.into()));
-        }
-        return Err(io_err(&path)(err));
+    if !try_lock(&file).map_err(io_err(&path))? {
+        return Err(StorageError::WriterBusy(shape.into()));
     }
     let meta = read_meta(&path)?;
     Ok((file, meta))
@@ -312,7 +342,8 @@ fn replay_journal(io: &Io, dir: &Path, seq: u64) -> Result<()> {
     let bytes = fs::read(&path).map_err(io_err(&path))?;
     let base = bytes
         .get(..JOURNAL_HEADER_BYTES)
-        .and_then(decode_journal_header)
+        .and_then(JournalHeader::decode)
+        .map(|h| h.base)
         .ok_or_else(|| corrupt(&path, "missing or damaged journal header"))?;
     let open = |file| {
         let p = chunk_path(dir, seq, 0, file);

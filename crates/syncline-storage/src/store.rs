@@ -2,11 +2,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::OpenChunk;
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
+use crate::group_journal::{self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT};
 use crate::io::Io;
 use crate::options::WriterOptions;
 use crate::reader::Reader;
@@ -24,11 +26,15 @@ pub struct Store {
     root: PathBuf,
     /// Opened read-only: every call that would write fails with [`StorageError::ReadOnly`].
     read_only: bool,
+    /// Shared by every clone and every writer this store opens.
+    group: Arc<GroupJournal>,
 }
 
 impl Store {
     /// Opens (creating if needed) the storage root at `root`, finishing deletions a crash
-    /// interrupted.
+    /// interrupted and replaying the group journals no live store holds (see
+    /// [`crate::flush_all`]). Only one process writes a store at a time: a second store opened
+    /// for writing beside a live one must not open its writers' logs.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_err(&root))?;
@@ -42,10 +48,25 @@ impl Store {
                 fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
             }
         }
+        group_journal::replay(&root)?;
         Ok(Store {
+            group: Arc::new(GroupJournal::new(
+                root.clone(),
+                GROUP_JOURNAL_BYTES_MAX_DEFAULT,
+            )),
             root,
             read_only: false,
         })
+    }
+
+    /// The same store, its group journal checkpointed (every log journal it covers synced, and
+    /// the file written again from its start) once it holds `bytes` bytes instead of
+    /// [`GROUP_JOURNAL_BYTES_MAX_DEFAULT`]. Writers opened before keep the old setting.
+    pub fn with_group_journal_bytes_max(self, bytes: u64) -> Store {
+        Store {
+            group: Arc::new(GroupJournal::new(self.root.clone(), bytes)),
+            ..self
+        }
     }
 
     /// Opens an existing storage root without creating or changing anything: readers only.
@@ -55,16 +76,25 @@ impl Store {
         let root = root.into();
         fs::metadata(&root).map_err(io_err(&root))?;
         Ok(Store {
+            group: Arc::new(GroupJournal::new(
+                root.clone(),
+                GROUP_JOURNAL_BYTES_MAX_DEFAULT,
+            )),
             root,
             read_only: true,
         })
     }
 
-    /// The same storage root, read-only (no I/O).
+    /// The same storage root, read-only (no I/O). Writers already open keep their group
+    /// journal (the file stays locked until the last of them is gone).
     pub fn to_read_only(&self) -> Store {
         Store {
             root: self.root.clone(),
             read_only: true,
+            group: Arc::new(GroupJournal::new(
+                self.root.clone(),
+                GROUP_JOURNAL_BYTES_MAX_DEFAULT,
+            )),
         }
     }
 
@@ -123,7 +153,7 @@ impl Store {
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;
-        open_writer(&dir, shape, options)
+        self.with_group(open_writer(&dir, shape, options)?)
     }
 
     /// Opens an existing shape for writing, first cutting it back to its last durable commit.
@@ -131,7 +161,12 @@ impl Store {
     /// otherwise it runs recovery (see `docs/storage-format.md`).
     pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
         self.check_writable("opening a writer")?;
-        open_writer(&self.shape_dir(shape)?, shape, options)
+        self.with_group(open_writer(&self.shape_dir(shape)?, shape, options)?)
+    }
+
+    fn with_group(&self, mut writer: Writer) -> Result<Writer> {
+        writer.group = Some(self.group.clone());
+        Ok(writer)
     }
 
     /// Opens a reader of a shape; works on a read-only storage root and beside a live writer.

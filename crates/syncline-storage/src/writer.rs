@@ -2,8 +2,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use syncline_core::LogOffset;
 
@@ -13,7 +12,8 @@ use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
     FLAG_SNAPSHOT_DONE, INDEX_FILE,
 };
-use crate::io::Io;
+use crate::group_journal::GroupJournal;
+use crate::io::{run_concurrently, Io};
 use crate::message::Message;
 use crate::num::to_u64;
 use crate::KEY_BYTES_MAX;
@@ -51,6 +51,9 @@ pub struct Writer {
     /// Whether files were created since the directory was last synced.
     pub(crate) dir_dirty: bool,
     pub(crate) poisoned: bool,
+    /// The group journal of the store that opened the writer (none for a writer of a store
+    /// opened otherwise, e.g. in tests of recovery alone).
+    pub(crate) group: Option<Arc<GroupJournal>>,
 }
 
 impl Writer {
@@ -164,12 +167,12 @@ impl Writer {
         })
     }
 
-    /// What [`Writer::flush`] would sync after [`Writer::write_unsynced`]: the tail's files,
-    /// and the directory if files were created in it.
-    fn pending_syncs(&self) -> Vec<PendingSync<'_>> {
+    /// What [`Writer::flush`] would sync after [`Writer::write_unsynced`]: the tail's files
+    /// (the journal only `with_journal`), and the directory if files were created in it.
+    fn pending_syncs(&self, with_journal: bool) -> Vec<PendingSync<'_>> {
         let mut syncs: Vec<PendingSync<'_>> = self
             .tail
-            .files_to_sync()
+            .files_to_sync(with_journal)
             .into_iter()
             .map(|(file, path)| PendingSync::File(file, path))
             .collect();
@@ -352,24 +355,26 @@ impl Writer {
     }
 }
 
-/// Logs flushed together from this many on with concurrent syncs ([`GroupSync::Auto`]): below
-/// it, the log's own flush (`syncline-bench group-flush` measures both).
+/// Logs flushed together from this many on through the group journal (or with concurrent
+/// syncs) ([`GroupSync::Auto`]): below it, the log's own flush (`syncline-bench group-flush`
+/// measures every policy).
 pub const GROUP_FLUSH_MIN_LOGS: usize = 2;
-
-/// Threads that sync at once in a group flush: enough concurrent `fdatasync`s that the file
-/// system commits them together.
-const GROUP_SYNC_THREADS_MAX: usize = 64;
 
 /// How [`flush_all`] makes its logs durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupSync {
-    /// [`GroupSync::Concurrent`] from [`GROUP_FLUSH_MIN_LOGS`] logs on, else
+    /// From [`GROUP_FLUSH_MIN_LOGS`] logs on [`GroupSync::Journal`] (or
+    /// [`GroupSync::Concurrent`] for writers of different stores), else
     /// [`GroupSync::EachLog`].
     Auto,
     /// Each log's own flush, one after the other, as [`Writer::flush`].
     EachLog,
     /// Every log's syncs issued together, from up to 64 threads.
     Concurrent,
+    /// Every log journal's new frames copied into the store's group journal, which one
+    /// `fdatasync` makes durable; other syncs (chunk files written in place, new directory
+    /// entries) issued together meanwhile. The writers must come from one [`crate::Store`].
+    Journal,
 }
 
 /// A file or directory a group flush syncs.
@@ -379,34 +384,88 @@ enum PendingSync<'a> {
 }
 
 /// Flushes several logs, each as [`Writer::flush`] does, and returns each one's result in
-/// order. With [`GroupSync::Concurrent`], every log's buffers are written, then all their
-/// syncs (`fdatasync` of each journal, and of chunk files written in place; `fsync` of new
-/// directory entries) are issued at once from up to 64 threads, so the file system commits them
-/// together (on ext4 concurrent syncs share journal commits and device flushes: the cost grows
-/// far slower than the number of logs), then each log's index entries, if chunks closed, are
-/// written and synced. A log whose sync fails fails alone.
+/// order. Except with [`GroupSync::EachLog`], every log's buffers are written first, then
+/// made durable together:
+/// - [`GroupSync::Journal`]: the new frames of every log's journal are copied into the
+///   store's group journal (see `docs/storage-format.md`) and made durable by its one
+///   `fdatasync`, whatever the number of logs; the few other syncs (chunk files written in
+///   place by a large write, new directory entries) run meanwhile, together;
+/// - [`GroupSync::Concurrent`]: every sync (`fdatasync` of each journal, and of chunk files
+///   written in place; `fsync` of new directory entries) is issued at once from up to 64
+///   threads, so the file system commits them together (on ext4 concurrent syncs share
+///   journal commits and device flushes: the cost grows far slower than the number of logs);
+///
+/// then each log's index entries, if chunks closed, are written and synced. A log whose own
+/// sync fails fails alone; a failure of the group journal fails every log it held.
 pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Option<LogOffset>>> {
-    let concurrent = match sync {
-        GroupSync::Auto => writers.len() >= GROUP_FLUSH_MIN_LOGS,
-        GroupSync::EachLog => false,
-        GroupSync::Concurrent => true,
+    let shared = writers.first().and_then(|w| w.group.clone()).filter(|g| {
+        writers
+            .iter()
+            .all(|w| w.group.as_ref().is_some_and(|o| Arc::ptr_eq(o, g)))
+    });
+    let group = match sync {
+        GroupSync::Auto if writers.len() < GROUP_FLUSH_MIN_LOGS => {
+            return writers.iter_mut().map(|w| w.flush()).collect()
+        }
+        GroupSync::EachLog => return writers.iter_mut().map(|w| w.flush()).collect(),
+        GroupSync::Auto => shared,
+        GroupSync::Concurrent => None,
+        GroupSync::Journal => {
+            assert!(
+                shared.is_some(),
+                "a journal group flush is of one store's writers"
+            );
+            shared
+        }
     };
-    if !concurrent {
-        return writers.iter_mut().map(|w| w.flush()).collect();
-    }
     let mut results: Vec<Result<Option<LogOffset>>> =
         writers.iter_mut().map(|w| w.write_unsynced()).collect();
-    let sync_results = {
-        let syncs: Vec<(usize, PendingSync<'_>)> = writers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| results[*i].is_ok())
-            .flat_map(|(i, w)| w.pending_syncs().into_iter().map(move |p| (i, p)))
-            .collect();
+    let failures = {
+        let mut journal_writes = Vec::new();
+        let mut syncs: Vec<(usize, PendingSync<'_>)> = Vec::new();
+        let mut failures = Vec::new();
+        for (i, w) in writers.iter().enumerate() {
+            if results[i].is_err() {
+                continue;
+            }
+            if group.is_some() {
+                match w.tail.journal_write() {
+                    Ok(Some(write)) => journal_writes.push((i, write)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        failures.push((i, e));
+                        continue;
+                    }
+                }
+            }
+            syncs.extend(
+                w.pending_syncs(group.is_none())
+                    .into_iter()
+                    .map(move |p| (i, p)),
+            );
+        }
         let ios: Vec<&Io> = writers.iter().map(|w| &w.io).collect();
-        sync_concurrently(&syncs, &ios)
+        match (&group, journal_writes.first()) {
+            (Some(group), Some(&(first, _))) => {
+                let (held, writes): (Vec<usize>, Vec<_>) = journal_writes.into_iter().unzip();
+                let group_result = std::thread::scope(|scope| {
+                    let others = (!syncs.is_empty())
+                        .then(|| scope.spawn(|| sync_concurrently(&syncs, &ios)));
+                    let result = group.commit(ios[first], &writes);
+                    if let Some(others) = others {
+                        failures.extend(others.join().expect("syncs do not panic"));
+                    }
+                    result
+                });
+                if let Err(e) = group_result {
+                    failures.extend(held.into_iter().map(|i| (i, e.duplicate())));
+                }
+            }
+            _ => failures.extend(sync_concurrently(&syncs, &ios)),
+        }
+        failures
     };
-    for (i, error) in sync_results {
+    for (i, error) in failures {
         if results[i].is_ok() {
             writers[i].poisoned = true;
             results[i] = Err(error);
@@ -422,19 +481,15 @@ pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Opt
     results
 }
 
-/// Runs every sync of `syncs` (each tagged with its log's index into `ios`) from up to
-/// [`GROUP_SYNC_THREADS_MAX`] threads; returns the failures, by log.
+/// Runs every sync of `syncs` (each tagged with its log's index into `ios`) at once, from up to
+/// 64 threads; returns the failures, by log.
 fn sync_concurrently(
     syncs: &[(usize, PendingSync<'_>)],
     ios: &[&Io],
 ) -> Vec<(usize, StorageError)> {
-    let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
-    let run = || loop {
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        let Some((i, sync)) = syncs.get(n) else {
-            return;
-        };
+    run_concurrently(syncs.len(), |n| {
+        let (i, sync) = &syncs[n];
         let io = ios[*i];
         let result = match sync {
             PendingSync::File(file, path) => io.sync_data(file, path),
@@ -443,13 +498,6 @@ fn sync_concurrently(
         if let Err(e) = result {
             failures.lock().expect("failures lock").push((*i, e));
         }
-    };
-    let threads = syncs.len().min(GROUP_SYNC_THREADS_MAX);
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(run);
-        }
-        run();
     });
     failures.into_inner().expect("failures lock")
 }

@@ -184,12 +184,22 @@ fn every_stop(
     }
 }
 
+/// Group journal bytes after which the group-flush workload's store checkpoints (small, so
+/// that it checkpoints several times).
+const GROUP_JOURNAL_BYTES_MAX: u64 = 8_000;
+
 /// Runs the first [`GROUP_WORKLOAD_TXNS`] transactions of the workload on
-/// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] (concurrent syncs)
-/// every other transaction, until it ends or fails; `durable`
-/// holds the last transaction reported durable in every shape.
-fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<()> {
-    let store = Store::open(root)?;
+/// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] with `sync`
+/// every other transaction, until it ends or fails; `durable` holds the last transaction
+/// reported durable in every shape. After [`GROUP_CLOSE_AFTER_TXN`] it closes the first
+/// shape's writer and reopens it (the group journal then holds frames of a closed journal).
+fn run_group_workload(
+    sync: GroupSync,
+    root: &Path,
+    plan: Arc<FaultPlan>,
+    durable: &mut u64,
+) -> Result<()> {
+    let store = Store::open(root)?.with_group_journal_bytes_max(GROUP_JOURNAL_BYTES_MAX);
     let mut writers = (0..GROUP_LOGS)
         .map(|i| store.create_shape(&format!("group-{i}"), &options(Some(plan.clone()))))
         .collect::<Result<Vec<_>>>()?;
@@ -203,37 +213,47 @@ fn run_group_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> R
         }
         if t % 2 == 0 {
             let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
-            for reported in flush_all(&mut group, GroupSync::Concurrent) {
+            for reported in flush_all(&mut group, sync) {
                 assert_eq!(reported?, msgs.last().map(|m| m.offset));
             }
             *durable = t;
+        }
+        if t == GROUP_CLOSE_AFTER_TXN {
+            let first = writers.remove(0);
+            first.close()?;
+            writers.insert(
+                0,
+                store.open_writer("group-0", &options(Some(plan.clone())))?,
+            );
         }
     }
     Ok(())
 }
 
+/// The transaction after which the group-flush workload closes and reopens a writer.
+const GROUP_CLOSE_AFTER_TXN: u64 = 4;
+
 #[test]
 fn group_flush_recovery_after_a_stop_at_every_write_boundary() {
-    let dir = tempfile::tempdir().unwrap();
-    let counter = FaultPlan::unlimited();
-    let mut durable = 0;
-    run_group_workload(&dir.path().join("count"), counter.clone(), &mut durable).unwrap();
-    assert_eq!(durable, GROUP_WORKLOAD_TXNS);
-    let boundaries = counter.boundaries();
-    assert!(
-        boundaries > 100,
-        "group workload has {boundaries} boundaries"
-    );
-    every_stop(
-        dir.path(),
-        boundaries,
-        run_group_workload,
-        |root, durable| {
+    for sync in [GroupSync::Concurrent, GroupSync::Journal] {
+        let dir = tempfile::tempdir().unwrap();
+        let workload =
+            |root: &Path, plan, durable: &mut u64| run_group_workload(sync, root, plan, durable);
+        let counter = FaultPlan::unlimited();
+        let mut durable = 0;
+        workload(&dir.path().join("count"), counter.clone(), &mut durable).unwrap();
+        assert_eq!(durable, GROUP_WORKLOAD_TXNS);
+        let boundaries = counter.boundaries();
+        assert!(
+            boundaries > 100,
+            "group workload ({sync:?}) has {boundaries} boundaries"
+        );
+        every_stop(dir.path(), boundaries, workload, |root, durable| {
             for i in 0..GROUP_LOGS {
                 check_recovery(root, &format!("group-{i}"), durable);
             }
-        },
-    );
+        });
+    }
 }
 
 /// The child process of [`a_writer_killed_mid_stream_recovers_a_committed_prefix`]: writes the
@@ -467,4 +487,46 @@ fn a_close_record_at_the_end_of_allocated_space_is_not_trusted() {
     assert_eq!(w.durable_offset(), durable, "durable transactions survive");
     let (lines, _) = read_all(&mut store.open_reader(SHAPE).unwrap(), None);
     assert_eq!(committed_prefix(&lines), 9);
+}
+
+/// A log journal started again at the same path (by recovery) never takes the group journal's
+/// entries of the journal before it: replaying them would overwrite frames the new journal
+/// made durable by its own sync.
+#[test]
+fn group_journal_entries_stay_with_their_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = FaultPlan::unlimited();
+    let opts = options(Some(plan.clone()));
+    let store = Store::open(dir.path()).unwrap();
+    let mut writers: Vec<Writer> = ["a", "b"]
+        .iter()
+        .map(|s| store.create_shape(s, &opts).unwrap())
+        .collect();
+    let first = workload_txn(1);
+    for w in &mut writers {
+        w.append(&first.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+    }
+    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+    for reported in flush_all(&mut group, GroupSync::Journal) {
+        assert_eq!(reported.unwrap(), first.last().map(|m| m.offset));
+    }
+    drop(writers.remove(0));
+    let mut a = store.open_writer("a", &opts).unwrap();
+    let second = workload_txn(2);
+    a.append(
+        &second[..1]
+            .iter()
+            .map(Owned::as_message)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    a.commit().unwrap();
+    assert_eq!(a.flush().unwrap(), Some(second[0].offset));
+    drop((a, writers, store));
+    plan.simulate_power_loss(false, |_| 0).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let a = store.open_writer("a", &options(None)).unwrap();
+    assert_eq!(a.durable_offset(), Some(second[0].offset));
 }

@@ -1,0 +1,262 @@
+//! The group journal: one file per writable store through which a group flush makes the new
+//! frames of many logs' journals durable with a single `fdatasync`, instead of one per log.
+//!
+//! Each entry is a copy of bytes just written to a log's journal (not synced). Replaying an
+//! entry writes the same bytes to the same place, so a replay (at [`replay`], when the store
+//! opens for writing) leaves every log journal as its own sync would have. Entries name their
+//! journal by path and id, and a journal's bytes at a position never change while it lives,
+//! so replaying any entry, however old, is harmless. Once the file holds
+//! its bound ([`GROUP_JOURNAL_BYTES_MAX_DEFAULT`] unless set), a checkpoint syncs every log journal it covers and starts
+//! writing it again from the start, in a new epoch.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::chunk::JournalWrite;
+use crate::error::{io_err, Result};
+use crate::format::{
+    parse_journal_name, GroupEntry, JournalHeader, GROUP_JOURNAL_PREFIX, JOURNAL_ALLOCATE_BYTES,
+    JOURNAL_HEADER_BYTES,
+};
+use crate::io::{run_concurrently, try_lock, Io};
+use crate::num::to_u64;
+
+/// Bytes a group journal takes before a checkpoint starts it again, by default.
+pub const GROUP_JOURNAL_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
+
+/// The group journal of one writable store; its file is created at the first group flush.
+#[derive(Debug)]
+pub(crate) struct GroupJournal {
+    root: PathBuf,
+    /// Bytes the file takes before a checkpoint.
+    bytes_max: u64,
+    active: Mutex<Option<Active>>,
+}
+
+/// The open group journal file.
+#[derive(Debug)]
+struct Active {
+    path: PathBuf,
+    /// Open, and locked (`flock`) for as long as the store lives.
+    file: File,
+    io: Io,
+    epoch: u64,
+    /// Where the next entries go.
+    end: u64,
+    /// The file's (sparse) size.
+    allocated: u64,
+    /// Log journals with entries in this epoch: a checkpoint syncs them.
+    covered: HashSet<PathBuf>,
+}
+
+impl GroupJournal {
+    /// The group journal of the store at `root` (no file yet), checkpointed once it holds
+    /// `bytes_max` bytes.
+    pub fn new(root: PathBuf, bytes_max: u64) -> GroupJournal {
+        GroupJournal {
+            root,
+            bytes_max,
+            active: Mutex::new(None),
+        }
+    }
+
+    /// Makes `writes` (bytes just written to log journals, unsynced) durable with one write
+    /// and one `fdatasync` of the group journal, creating its file with `io` on first use. An
+    /// error means none of them is known durable.
+    pub fn commit(&self, io: &Io, writes: &[JournalWrite<'_>]) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut active = self.active.lock().expect("group journal lock");
+        self.append_and_sync(&mut active, io, writes)
+    }
+
+    fn append_and_sync(
+        &self,
+        active: &mut Option<Active>,
+        io: &Io,
+        writes: &[JournalWrite<'_>],
+    ) -> Result<()> {
+        if active.is_none() {
+            *active = Some(Active::create(&self.root, io)?);
+        }
+        let a = active.as_mut().expect("created above");
+        let mut buf = Vec::new();
+        for w in writes {
+            let path = w
+                .path
+                .strip_prefix(&self.root)
+                .expect("a log journal lies in its store");
+            GroupEntry {
+                epoch: a.epoch,
+                path: path.to_str().expect("shape ids are ASCII").to_owned(),
+                journal_id: w.id,
+                at: w.at,
+                file_len: w.file_len,
+                bytes: w.bytes.clone(),
+            }
+            .encode_into(&mut buf);
+        }
+        let end = a.end + to_u64(buf.len());
+        if end > a.allocated {
+            a.allocated = end.next_multiple_of(JOURNAL_ALLOCATE_BYTES);
+            a.io.set_len(&a.file, &a.path, a.allocated)?;
+        }
+        a.io.write_at(&a.file, &a.path, a.end, &buf)?;
+        a.io.sync_data(&a.file, &a.path)?;
+        a.end = end;
+        a.covered
+            .extend(writes.iter().map(|w| w.path.to_path_buf()));
+        if a.end >= self.bytes_max {
+            a.checkpoint()?;
+        }
+        Ok(())
+    }
+}
+
+impl Active {
+    /// Creates a new group journal file in `root` (its directory entry synced) and locks it.
+    fn create(root: &Path, io: &Io) -> Result<Active> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = root.join(format!(
+            "{GROUP_JOURNAL_PREFIX}{}-{nanos}",
+            std::process::id()
+        ));
+        let file = io.create(&path)?;
+        assert!(
+            try_lock(&file).map_err(io_err(&path))?,
+            "a new group journal is nobody else's"
+        );
+        io.set_len(&file, &path, JOURNAL_ALLOCATE_BYTES)?;
+        io.sync_data(&file, &path)?;
+        io.sync_dir(root)?;
+        Ok(Active {
+            path,
+            file,
+            io: io.clone(),
+            epoch: 1,
+            end: 0,
+            allocated: JOURNAL_ALLOCATE_BYTES,
+            covered: HashSet::new(),
+        })
+    }
+
+    /// Syncs every log journal this epoch covers (a removed one needs nothing), then starts a
+    /// new epoch at the start of the file. After a failure the epoch goes on, so that every
+    /// entry stays replayable.
+    fn checkpoint(&mut self) -> Result<()> {
+        let paths: Vec<&PathBuf> = self.covered.iter().collect();
+        let failure = Mutex::new(None);
+        run_concurrently(paths.len(), |i| {
+            if let Err(e) = sync_if_present(&self.io, paths[i]) {
+                *failure.lock().expect("failure lock") = Some(e);
+            }
+        });
+        if let Some(e) = failure.into_inner().expect("failure lock") {
+            return Err(e);
+        }
+        self.covered.clear();
+        self.epoch += 1;
+        self.end = 0;
+        Ok(())
+    }
+}
+
+/// `fdatasync` of the file at `path`, unless it no longer exists.
+fn sync_if_present(io: &Io, path: &Path) -> Result<()> {
+    match File::open(path) {
+        Ok(file) => io.sync_data(&file, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+/// Replays and removes every group journal in `root` that no live store holds (a store that
+/// opens for writing does this before any writer opens): each intact entry of the file's
+/// first epoch whose log journal still exists with the entry's id gets its bytes written back
+/// (and the journal's size restored), then those journals are synced and the file removed.
+pub(crate) fn replay(root: &Path) -> Result<()> {
+    let io = Io::default();
+    let mut removed = false;
+    for dirent in fs::read_dir(root).map_err(io_err(root))? {
+        let dirent = dirent.map_err(io_err(root))?;
+        if !dirent
+            .file_name()
+            .to_string_lossy()
+            .starts_with(GROUP_JOURNAL_PREFIX)
+        {
+            continue;
+        }
+        let path = dirent.path();
+        let file = File::open(&path).map_err(io_err(&path))?;
+        if !try_lock(&file).map_err(io_err(&path))? {
+            continue;
+        }
+        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let mut touched = HashSet::new();
+        let mut at = 0;
+        let mut epoch = None;
+        while let Some((entry, len)) = bytes.get(at..).and_then(GroupEntry::decode) {
+            if *epoch.get_or_insert(entry.epoch) != entry.epoch {
+                break;
+            }
+            if let Some(journal) = apply(&io, root, &entry)? {
+                touched.insert(journal);
+            }
+            at += len;
+        }
+        for journal in &touched {
+            io.sync_data(&File::open(journal).map_err(io_err(journal))?, journal)?;
+        }
+        io.remove_file(&path)?;
+        removed = true;
+    }
+    if removed {
+        io.sync_dir(root)?;
+    }
+    Ok(())
+}
+
+/// Writes one entry's bytes back into its log journal, if that journal still exists with the
+/// entry's id; returns the journal's path then.
+fn apply(io: &Io, root: &Path, entry: &GroupEntry) -> Result<Option<PathBuf>> {
+    let relative = Path::new(&entry.path);
+    let names: Vec<&str> = relative
+        .components()
+        .map(|c| match c {
+            Component::Normal(name) => name.to_str(),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    let [shape, journal] = names[..] else {
+        return Ok(None);
+    };
+    if shape.starts_with('.') || parse_journal_name(journal).is_none() {
+        return Ok(None);
+    }
+    let path = root.join(relative);
+    let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let mut head = [0u8; JOURNAL_HEADER_BYTES];
+    let same = file.read_exact_at(&mut head, 0).is_ok()
+        && JournalHeader::decode(&head).is_some_and(|h| h.id == entry.journal_id);
+    if !same {
+        return Ok(None);
+    }
+    io.write_at(&file, &path, entry.at, &entry.bytes)?;
+    let len = file.metadata().map_err(io_err(&path))?.len();
+    if len < entry.file_len {
+        io.set_len(&file, &path, entry.file_len)?;
+    }
+    Ok(Some(path))
+}
