@@ -110,6 +110,19 @@ impl Journal {
         })
     }
 
+    /// Takes over the empty journal [`Journal::start`] made, open in `file`.
+    fn created(path: PathBuf, file: File, header: JournalHeader) -> Journal {
+        let len = to_u64(JOURNAL_HEADER_BYTES);
+        Journal {
+            path,
+            file,
+            id: header.id,
+            len,
+            synced_len: len,
+            allocated: JOURNAL_ALLOCATE_BYTES,
+        }
+    }
+
     /// Continues the journal a clean close left in `file` with header `header`: its frames
     /// end at `close_at`, where the close record lies (the next frame overwrites it), and the
     /// file ends after the record.
@@ -157,6 +170,13 @@ impl Journal {
 pub(crate) enum JournalStart {
     /// A fresh journal, based at the chunk files' lengths (after recovery).
     Fresh,
+    /// The empty journal `OpenChunk::create` made for a new shape, open in `file`.
+    New {
+        /// The journal, open for reading and writing.
+        file: File,
+        /// Its header.
+        header: JournalHeader,
+    },
     /// The journal a clean close left, open in `file`, its close record at `close_at`.
     Resume {
         /// The journal, open for reading and writing.
@@ -282,6 +302,9 @@ impl OpenChunk {
             recs: open(ChunkFile::Recs, lens.recs)?,
             journal: match journal {
                 JournalStart::Fresh => Journal::start(io, dir, seq, lens)?,
+                JournalStart::New { file, header } => {
+                    Journal::created(journal_path(dir, seq), file, header)
+                }
                 JournalStart::Resume {
                     file,
                     header,

@@ -12,7 +12,7 @@ use crate::group_journal::{self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT};
 use crate::io::Io;
 use crate::options::WriterOptions;
 use crate::reader::Reader;
-use crate::recovery::{lock_shape, open_writer, read_meta};
+use crate::recovery::{lock_shape, open_created, open_writer, read_meta};
 use crate::writer::Writer;
 
 /// Name prefix of a shape directory being deleted.
@@ -153,7 +153,7 @@ impl Store {
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;
-        self.with_group(open_writer(&dir, shape, options)?)
+        self.with_group(open_created(&dir, shape, options)?)
     }
 
     /// Opens an existing shape for writing, first cutting it back to its last durable commit.
