@@ -587,8 +587,9 @@ impl Shapes {
         }
     }
 
-    /// The snapshot of `shape` recorded its visibility: kept in the metadata (a restart skips
-    /// the transactions it saw) and told to the pipeline.
+    /// The snapshot of `shape` recorded its visibility: told to the pipeline, and kept in the
+    /// metadata once the snapshot is complete (a restart skips the transactions it saw; one
+    /// that finds the snapshot incomplete drops the shape, so it is not saved before).
     /// A subquery shape's snapshot also gives the rows of each subquery at that instant
     /// (`views`), the value sets its log starts from, and what seeds its nested dependencies
     /// (`seeds`).
@@ -599,7 +600,6 @@ impl Shapes {
         views: Vec<Vec<ViewTuple>>,
         seeds: Vec<(String, Vec<ViewTuple>)>,
     ) -> Result<(), StepError> {
-        self.save_snapshot_state(shape, visibility, false)?;
         shape.set_visibility(visibility.clone());
         let started = Command::SnapshotStarted {
             handle: shape.handle.clone(),
@@ -617,26 +617,21 @@ impl Shapes {
         shape: &Shape,
         visibility: &PgSnapshot,
     ) -> Result<(), StepError> {
-        self.save_snapshot_state(shape, visibility, true)?;
+        self.save_complete(shape, visibility)?;
         let done = Command::SnapshotDone {
             handle: shape.handle.clone(),
         };
         self.send_step(done).await
     }
 
-    /// Writes `shape`'s metadata with its snapshot's visibility and whether it is complete.
-    fn save_snapshot_state(
-        &self,
-        shape: &Shape,
-        visibility: &PgSnapshot,
-        complete: bool,
-    ) -> Result<(), StepError> {
+    /// Writes `shape`'s metadata with its snapshot's visibility, complete.
+    fn save_complete(&self, shape: &Shape, visibility: &PgSnapshot) -> Result<(), StepError> {
         let meta = ShapeMeta::new(
             &shape.handle,
             &shape.definition,
             &shape.relation,
             Some(visibility),
-            complete,
+            true,
         );
         tokio::task::block_in_place(|| self.meta.save(&meta))?;
         Ok(())
