@@ -2,11 +2,11 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::OpenChunk;
+use crate::chunk::{JournalWrite, OpenChunk};
 use crate::error::{Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
@@ -418,40 +418,30 @@ pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Opt
             shared
         }
     };
-    let mut results: Vec<Result<Option<LogOffset>>> =
-        writers.iter_mut().map(|w| w.write_unsynced()).collect();
-    let failures = {
-        let mut journal_writes = Vec::new();
-        let mut syncs: Vec<(usize, PendingSync<'_>)> = Vec::new();
+    let (mut results, failures) = {
+        let mut prepared = prepare_all(writers, group.is_some());
         let mut failures = Vec::new();
-        for (i, w) in writers.iter().enumerate() {
-            if results[i].is_err() {
+        let mut held = Vec::new();
+        let mut writes = Vec::new();
+        let mut syncs: Vec<(usize, PendingSync<'_>)> = Vec::new();
+        for (i, p) in prepared.iter_mut().enumerate() {
+            if let Some(e) = p.failure.take() {
+                failures.push((i, e));
                 continue;
             }
-            if group.is_some() {
-                match w.tail.journal_write() {
-                    Ok(Some(write)) => journal_writes.push((i, write)),
-                    Ok(None) => {}
-                    Err(e) => {
-                        failures.push((i, e));
-                        continue;
-                    }
-                }
+            if let Some(write) = p.journal.take() {
+                held.push(i);
+                writes.push(write);
             }
-            syncs.extend(
-                w.pending_syncs(group.is_none())
-                    .into_iter()
-                    .map(move |p| (i, p)),
-            );
+            syncs.extend(std::mem::take(&mut p.syncs).into_iter().map(|s| (i, s)));
         }
-        let ios: Vec<&Io> = writers.iter().map(|w| &w.io).collect();
-        match (&group, journal_writes.first()) {
-            (Some(group), Some(&(first, _))) => {
-                let (held, writes): (Vec<usize>, Vec<_>) = journal_writes.into_iter().unzip();
+        let ios: Vec<&Io> = prepared.iter().map(|p| p.io).collect();
+        match (&group, writes.first()) {
+            (Some(group), Some(_)) => {
                 let group_result = std::thread::scope(|scope| {
                     let others = (!syncs.is_empty())
                         .then(|| scope.spawn(|| sync_concurrently(&syncs, &ios)));
-                    let result = group.commit(ios[first], &writes);
+                    let result = group.commit(ios[held[0]], &writes);
                     if let Some(others) = others {
                         failures.extend(others.join().expect("syncs do not panic"));
                     }
@@ -463,7 +453,9 @@ pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Opt
             }
             _ => failures.extend(sync_concurrently(&syncs, &ios)),
         }
-        failures
+        let results: Vec<Result<Option<LogOffset>>> =
+            prepared.into_iter().map(|p| p.result).collect();
+        (results, failures)
     };
     for (i, error) in failures {
         if results[i].is_ok() {
@@ -479,6 +471,79 @@ pub fn flush_all(writers: &mut [&mut Writer], sync: GroupSync) -> Vec<Result<Opt
         }
     }
     results
+}
+
+/// Logs per thread that writes a group flush's buffers: below twice this, one thread writes.
+const WRITE_LOGS_PER_THREAD_MIN: usize = 128;
+
+/// One log's part of a group flush once its buffers are written: its last commit (or its
+/// failure to write), what it still needs synced, and its I/O.
+struct Prepared<'a> {
+    /// As [`Writer::write_unsynced`] returned.
+    result: Result<Option<LogOffset>>,
+    /// A failure after the write (reading the journal's new frames back): the log fails.
+    failure: Option<StorageError>,
+    /// The journal's new frames, for the group journal.
+    journal: Option<JournalWrite<'a>>,
+    /// The other syncs the log needs.
+    syncs: Vec<PendingSync<'a>>,
+    io: &'a Io,
+}
+
+/// Writes one log's buffers and gathers what it needs to become durable: through the group
+/// journal (`journaled`) or by its own syncs.
+fn prepare<'a>(writer: &'a mut Writer, journaled: bool) -> Prepared<'a> {
+    let result = writer.write_unsynced();
+    let writer: &'a Writer = writer;
+    let mut prepared = Prepared {
+        failure: None,
+        journal: None,
+        syncs: Vec::new(),
+        io: &writer.io,
+        result,
+    };
+    if prepared.result.is_err() {
+        return prepared;
+    }
+    if journaled {
+        match writer.tail.journal_write() {
+            Ok(write) => prepared.journal = write,
+            Err(e) => {
+                prepared.failure = Some(e);
+                return prepared;
+            }
+        }
+    }
+    prepared.syncs = writer.pending_syncs(!journaled);
+    prepared
+}
+
+/// [`prepare`] for every log, from as many threads as the machine has cores when there are
+/// enough logs: the writes (four `pwrite`s per log) are most of a large group flush's time.
+fn prepare_all<'a>(writers: &'a mut [&mut Writer], journaled: bool) -> Vec<Prepared<'a>> {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = cores.min(writers.len() / WRITE_LOGS_PER_THREAD_MIN).max(1);
+    if threads == 1 {
+        return writers.iter_mut().map(|w| prepare(w, journaled)).collect();
+    }
+    let per_thread = writers.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = writers
+            .chunks_mut(per_thread)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter_mut()
+                        .map(|w| prepare(w, journaled))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| part.join().expect("writing a log does not panic"))
+            .collect()
+    })
 }
 
 /// Runs every sync of `syncs` (each tagged with its log's index into `ios`) at once, from up to

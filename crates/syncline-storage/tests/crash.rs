@@ -530,3 +530,32 @@ fn group_journal_entries_stay_with_their_journal() {
     let a = store.open_writer("a", &options(None)).unwrap();
     assert_eq!(a.durable_offset(), Some(second[0].offset));
 }
+
+/// A group flush of enough logs that several threads write their buffers makes every one of
+/// them durable: after a power cut that loses everything unsynced, each recovers its commit.
+#[test]
+fn a_large_group_flush_survives_a_power_cut_in_every_log() {
+    const LOGS: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = FaultPlan::unlimited();
+    let opts = options(Some(plan.clone()));
+    let store = Store::open(dir.path()).unwrap();
+    let mut writers: Vec<Writer> = (0..LOGS)
+        .map(|i| store.create_shape(&format!("log-{i}"), &opts).unwrap())
+        .collect();
+    let txn = workload_txn(1);
+    for w in &mut writers {
+        w.append(&txn.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+    }
+    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+    for reported in flush_all(&mut group, GroupSync::Journal) {
+        assert_eq!(reported.unwrap(), txn.last().map(|m| m.offset));
+    }
+    drop((writers, store));
+    plan.simulate_power_loss(false, |_| 0).unwrap();
+    for i in 0..LOGS {
+        check_recovery(dir.path(), &format!("log-{i}"), 1);
+    }
+}
