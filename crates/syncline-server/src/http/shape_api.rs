@@ -551,14 +551,23 @@ impl Serve<'_> {
         deadlines: Deadlines,
     ) -> Result<Answer, Response> {
         let mut changes = self.shape.subscribe();
+        let mut woken = false;
         loop {
             let st = changes.borrow_and_update().clone();
             self.check_alive(&st).await?;
-            let read =
-                match tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from))) {
-                    Ok(read) => read,
-                    Err(e) => return Err(self.read_failed(&e).await),
-                };
+            // A request woken by new data reads what was just written, from the page cache, in
+            // a few system calls: on the runtime's thread. Handing the thread over
+            // (`block_in_place`) would cost more than the read when thousands wake together.
+            let read_log = || self.shape.with_reader(|r| r.read(from));
+            let read = if woken {
+                read_log()
+            } else {
+                tokio::task::block_in_place(read_log)
+            };
+            let read = match read {
+                Ok(read) => read,
+                Err(e) => return Err(self.read_failed(&e).await),
+            };
             let ready = st.snapshot_done || read.chunk_closed;
             let has_data = read.body.is_some();
             if ready && (has_data || !self.params.live) {
@@ -592,7 +601,7 @@ impl Serve<'_> {
                 }
             };
             match waited {
-                Ok(Ok(())) => continue,
+                Ok(Ok(())) => woken = true,
                 Ok(Err(_)) => return Err(self.gone().await),
                 Err(_) if ready => {
                     return Ok(Answer {
