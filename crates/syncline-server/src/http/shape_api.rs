@@ -556,13 +556,13 @@ impl Serve<'_> {
             let st = changes.borrow_and_update().clone();
             self.check_alive(&st).await?;
             // A request woken by new data reads what was just written, from the page cache, in
-            // a few system calls: on the runtime's thread. Handing the thread over
-            // (`block_in_place`) would cost more than the read when thousands wake together.
-            let read_log = || self.shape.with_reader(|r| r.read(from));
+            // a few system calls: on the runtime's thread, and once for all the requests woken
+            // with it. Handing the thread over (`block_in_place`) would cost more than the read
+            // when thousands wake together.
             let read = if woken {
-                read_log()
+                self.shape.read_after_wake(st.clone(), from)
             } else {
-                tokio::task::block_in_place(read_log)
+                tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from)))
             };
             let read = match read {
                 Ok(read) => read,

@@ -21,6 +21,7 @@ mod logs;
 mod meta;
 mod registry;
 mod shape;
+mod shared_read;
 mod writer;
 
 use std::collections::{HashMap, HashSet};

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::definition::ShapeDefinition;
 use super::logs::Logs;
+use super::shared_read::SharedRead;
 use super::writer::SharedWriter;
 
 /// Readers kept per shape for reuse by requests.
@@ -71,6 +72,8 @@ pub struct Shape {
     logs: Arc<Logs>,
     state: watch::Sender<ShapeState>,
     readers: Mutex<Vec<Reader>>,
+    /// The read that requests woken together share, by the state they saw and their offset.
+    woken_read: SharedRead<(ShapeState, Option<LogOffset>)>,
     last_used_ms: AtomicU64,
 }
 
@@ -94,6 +97,7 @@ impl Shape {
             logs,
             state: watch::Sender::new(state),
             readers: Mutex::new(Vec::new()),
+            woken_read: SharedRead::default(),
             last_used_ms: AtomicU64::new(now_ms()),
         }
     }
@@ -197,6 +201,17 @@ impl Shape {
     /// Whether a request waits on the shape's state now.
     pub fn has_waiters(&self) -> bool {
         self.state.receiver_count() > 0
+    }
+
+    /// Reads the log from `from` for a request that a change woke, which then saw the shape's
+    /// state `seen`: requests woken together share one read (see [`SharedRead`]).
+    pub fn read_after_wake(
+        &self,
+        seen: ShapeState,
+        from: Option<LogOffset>,
+    ) -> syncline_storage::Result<syncline_storage::ReadResult> {
+        self.woken_read
+            .read((seen, from), || self.with_reader(|r| r.read(from)))
     }
 
     /// Runs `f` with a reader of the shape's log, reusing an idle one when possible.
