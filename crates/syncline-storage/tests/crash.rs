@@ -489,6 +489,26 @@ fn a_close_record_at_the_end_of_allocated_space_is_not_trusted() {
     assert_eq!(committed_prefix(&lines), 9);
 }
 
+/// Creates `shapes` in `store`, writes the workload's first transaction to each and makes it
+/// durable through the group journal; returns their writers.
+fn journaled_first_txn(store: &Store, opts: &WriterOptions, shapes: &[String]) -> Vec<Writer> {
+    let mut writers: Vec<Writer> = shapes
+        .iter()
+        .map(|s| store.create_shape(s, opts).unwrap())
+        .collect();
+    let txn = workload_txn(1);
+    for w in &mut writers {
+        w.append(&txn.iter().map(Owned::as_message).collect::<Vec<_>>())
+            .unwrap();
+        w.commit().unwrap();
+    }
+    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+    for reported in flush_all(&mut group, GroupSync::Journal) {
+        assert_eq!(reported.unwrap(), txn.last().map(|m| m.offset));
+    }
+    writers
+}
+
 /// A log journal started again at the same path (by recovery) never takes the group journal's
 /// entries of the journal before it: replaying them would overwrite frames the new journal
 /// made durable by its own sync.
@@ -498,20 +518,7 @@ fn group_journal_entries_stay_with_their_journal() {
     let plan = FaultPlan::unlimited();
     let opts = options(Some(plan.clone()));
     let store = Store::open(dir.path()).unwrap();
-    let mut writers: Vec<Writer> = ["a", "b"]
-        .iter()
-        .map(|s| store.create_shape(s, &opts).unwrap())
-        .collect();
-    let first = workload_txn(1);
-    for w in &mut writers {
-        w.append(&first.iter().map(Owned::as_message).collect::<Vec<_>>())
-            .unwrap();
-        w.commit().unwrap();
-    }
-    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
-    for reported in flush_all(&mut group, GroupSync::Journal) {
-        assert_eq!(reported.unwrap(), first.last().map(|m| m.offset));
-    }
+    let mut writers = journaled_first_txn(&store, &opts, &["a".into(), "b".into()]);
     drop(writers.remove(0));
     let mut a = store.open_writer("a", &opts).unwrap();
     let second = workload_txn(2);
@@ -538,21 +545,9 @@ fn a_large_group_flush_survives_a_power_cut_in_every_log() {
     const LOGS: usize = 300;
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::unlimited();
-    let opts = options(Some(plan.clone()));
     let store = Store::open(dir.path()).unwrap();
-    let mut writers: Vec<Writer> = (0..LOGS)
-        .map(|i| store.create_shape(&format!("log-{i}"), &opts).unwrap())
-        .collect();
-    let txn = workload_txn(1);
-    for w in &mut writers {
-        w.append(&txn.iter().map(Owned::as_message).collect::<Vec<_>>())
-            .unwrap();
-        w.commit().unwrap();
-    }
-    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
-    for reported in flush_all(&mut group, GroupSync::Journal) {
-        assert_eq!(reported.unwrap(), txn.last().map(|m| m.offset));
-    }
+    let shapes: Vec<String> = (0..LOGS).map(|i| format!("log-{i}")).collect();
+    let writers = journaled_first_txn(&store, &options(Some(plan.clone())), &shapes);
     drop((writers, store));
     plan.simulate_power_loss(false, |_| 0).unwrap();
     for i in 0..LOGS {
