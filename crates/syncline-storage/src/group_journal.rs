@@ -5,9 +5,9 @@
 //! entry writes the same bytes to the same place, so a replay (at [`replay`], when the store
 //! opens for writing) leaves every log journal as its own sync would have. Entries name their
 //! journal by path and id, and a journal's bytes at a position never change while it lives,
-//! so replaying any entry, however old, is harmless. Once the file holds
-//! its bound ([`GROUP_JOURNAL_BYTES_MAX_DEFAULT`] unless set), a checkpoint syncs every log journal it covers and starts
-//! writing it again from the start, in a new epoch.
+//! so replaying any entry, however old, is harmless. Once the file holds its bound
+//! ([`GROUP_JOURNAL_BYTES_MAX_DEFAULT`] unless set), a checkpoint syncs every log journal it
+//! covers and starts writing it again from the start, in a new epoch.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -65,8 +65,9 @@ impl GroupJournal {
     }
 
     /// Makes `writes` (bytes just written to log journals, unsynced) durable with one write
-    /// and one `fdatasync` of the group journal, creating its file with `io` on first use. An
-    /// error means none of them is known durable.
+    /// and one `fdatasync` of the group journal, creating its file with `io` on first use, and
+    /// checkpoints once the file holds its bound. An error (of the write, the sync or the
+    /// checkpoint) fails the flush of every log in `writes`.
     pub fn commit(&self, io: &Io, writes: &[JournalWrite<'_>]) -> Result<()> {
         if writes.is_empty() {
             return Ok(());
