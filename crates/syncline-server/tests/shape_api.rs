@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::fixture;
+use common::{fixture, fixture_with};
 use serde_json::json;
 
 const ITEMS: &str = "CREATE TABLE items (id int PRIMARY KEY, title text, flag bool, n numeric);
@@ -230,6 +230,29 @@ async fn offset_now_and_health() {
     assert_eq!(
         health.text().await.unwrap(),
         r#"{"status":"active","role":"writer"}"#
+    );
+}
+
+/// A subset request waits for its shape's snapshot as a first request does (at least 20 s),
+/// not only for the long-poll timeout: a snapshot slower than that (here 100,000 rows against
+/// a 100 ms timeout) is no reason for a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subset_request_waits_for_a_slow_snapshot() {
+    let f = fixture_with(
+        "CREATE TABLE items (id int PRIMARY KEY, n int);
+         INSERT INTO items SELECT g, g % 3 FROM generate_series(1, 100000) g;",
+        |c| c.long_poll_timeout_ms = 100,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let subset = f
+        .get("table=items&offset=-1&subset__where=id%20%3C%205&subset__order_by=id")
+        .await;
+    assert_eq!(subset.status, 200, "{}", subset.body);
+    assert_eq!(subset.body["data"].as_array().unwrap().len(), 4);
+    assert!(
+        started.elapsed() > Duration::from_millis(100),
+        "the snapshot took longer than the long-poll timeout"
     );
 }
 

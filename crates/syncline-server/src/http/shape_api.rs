@@ -477,12 +477,17 @@ struct Deadlines {
 const SNAPSHOT_WAIT_MIN: Duration = Duration::from_secs(20);
 
 impl Serve<'_> {
+    /// When a request stops waiting for the shape's snapshot: the long-poll timeout from now,
+    /// but never less than [`SNAPSHOT_WAIT_MIN`].
+    pub(super) fn snapshot_deadline(&self) -> Instant {
+        Instant::now() + self.state.config.long_poll_timeout().max(SNAPSHOT_WAIT_MIN)
+    }
+
     async fn run(self) -> Response {
         let timeout = self.state.config.long_poll_timeout();
-        let deadline = Instant::now() + timeout;
         let deadlines = Deadlines {
-            live: deadline,
-            snapshot: Instant::now() + timeout.max(SNAPSHOT_WAIT_MIN),
+            live: Instant::now() + timeout,
+            snapshot: self.snapshot_deadline(),
         };
         let from = match self.params.offset {
             RequestOffset::BeforeAll => None,

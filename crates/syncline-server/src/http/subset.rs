@@ -50,8 +50,7 @@ impl Serve<'_> {
             Ok(query) => query,
             Err(response) => return *response,
         };
-        let deadline = tokio::time::Instant::now() + self.state.config.long_poll_timeout();
-        if let Err(response) = self.wait_snapshot(deadline).await {
+        if let Err(response) = self.wait_snapshot(self.snapshot_deadline()).await {
             return response;
         }
         let offset = self
