@@ -57,13 +57,16 @@ pub async fn follow(
             }
         };
         // Before the logs: a request woken by new data answers with the writer's position.
-        if let Err(e) = tokio::task::block_in_place(|| progress.follow()) {
+        // Files are read on the blocking pool and awaited, never in place: a task that blocked
+        // in place goes on running while the runtime shuts down, and its next timer panics.
+        let reading = progress.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || reading.follow()).await {
             tracing::debug!(error = %e, "could not read the writer's progress");
         }
         match changed {
             Some(Changes { catalog, logs }) => {
                 if catalog {
-                    refresh_catalog(&shapes, watcher.as_mut());
+                    refresh_catalog(&shapes, watcher.as_mut()).await;
                 }
                 let changed: Vec<Arc<Shape>> =
                     logs.iter().filter_map(|h| shapes.by_handle(h)).collect();
@@ -74,7 +77,7 @@ pub async fn follow(
                     && catalog_read.elapsed() >= poll_interval.max(CATALOG_POLL_INTERVAL_MIN);
                 if poll_catalog {
                     catalog_read = Instant::now();
-                    refresh_catalog(&shapes, None);
+                    refresh_catalog(&shapes, None).await;
                 }
                 let waited_on: Vec<Arc<Shape>> = shapes
                     .all()
@@ -87,11 +90,17 @@ pub async fn follow(
     }
 }
 
-/// Registers what the writer made and forgets what it removed; watches the new shapes' logs.
-fn refresh_catalog(shapes: &Shapes, watcher: Option<&mut Watcher>) {
-    if let Err(e) = shapes.follow_catalog() {
-        tracing::warn!(error = %e, "could not read the writer's shape metadata");
-        return;
+/// Registers what the writer made and forgets what it removed (reading the metadata on the
+/// blocking pool); watches the new shapes' logs.
+async fn refresh_catalog(shapes: &Arc<Shapes>, watcher: Option<&mut Watcher>) {
+    let following = shapes.clone();
+    match tokio::task::spawn_blocking(move || following.follow_catalog()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not read the writer's shape metadata");
+            return;
+        }
+        Err(_) => return,
     }
     if let Some(w) = watcher {
         w.watch_shapes(shapes);
