@@ -95,19 +95,12 @@ impl Journal {
         let tmp = path.with_extension("journal.tmp");
         let file = io.create(&tmp)?;
         let id = new_journal_id();
-        io.write_at(&file, &tmp, 0, &JournalHeader { base, id }.encode())?;
+        let header = JournalHeader { base, id };
+        io.write_at(&file, &tmp, 0, &header.encode())?;
         io.set_len(&file, &tmp, JOURNAL_ALLOCATE_BYTES)?;
         io.sync_data(&file, &tmp)?;
         io.rename(&tmp, &path)?;
-        let len = to_u64(JOURNAL_HEADER_BYTES);
-        Ok(Journal {
-            path,
-            file,
-            id,
-            len,
-            synced_len: len,
-            allocated: JOURNAL_ALLOCATE_BYTES,
-        })
+        Ok(Journal::created(path, file, header))
     }
 
     /// Takes over the empty journal [`Journal::start`] made, open in `file`.

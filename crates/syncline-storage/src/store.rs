@@ -153,7 +153,7 @@ impl Store {
         io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
         io.sync_dir(&self.root)?;
-        self.with_group(open_created(&dir, shape, options)?)
+        Ok(self.with_group(open_created(&dir, shape, options)?))
     }
 
     /// Opens an existing shape for writing, first cutting it back to its last durable commit.
@@ -161,12 +161,13 @@ impl Store {
     /// otherwise it runs recovery (see `docs/storage-format.md`).
     pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
         self.check_writable("opening a writer")?;
-        self.with_group(open_writer(&self.shape_dir(shape)?, shape, options)?)
+        Ok(self.with_group(open_writer(&self.shape_dir(shape)?, shape, options)?))
     }
 
-    fn with_group(&self, mut writer: Writer) -> Result<Writer> {
+    /// `writer`, flushed through this store's group journal in a group flush.
+    fn with_group(&self, mut writer: Writer) -> Writer {
         writer.group = Some(self.group.clone());
-        Ok(writer)
+        writer
     }
 
     /// Opens a reader of a shape; works on a read-only storage root and beside a live writer.
