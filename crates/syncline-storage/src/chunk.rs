@@ -17,13 +17,13 @@ use crate::format::{
     FRAME_RECORDS_IN_PLACE, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, RECORD_BYTES,
 };
 use crate::io::Io;
+use crate::lazy_file::LazyFile;
 use crate::num::to_u64;
 
 /// One file of the open chunk with the bytes not yet written to it.
 #[derive(Debug)]
 struct Appender {
-    path: PathBuf,
-    file: File,
+    file: LazyFile,
     /// Bytes already written to the file.
     written: u64,
     buf: Vec<u8>,
@@ -35,7 +35,7 @@ impl Appender {
     }
 
     fn write_out(&mut self, io: &Io) -> Result<()> {
-        io.write_at(&self.file, &self.path, self.written, &self.buf)?;
+        io.write_at(self.file.get()?, self.file.path(), self.written, &self.buf)?;
         self.written += to_u64(self.buf.len());
         self.buf.clear();
         Ok(())
@@ -45,8 +45,7 @@ impl Appender {
 /// The journal of the open chunk: a header, then one frame per write of the buffers.
 #[derive(Debug)]
 struct Journal {
-    path: PathBuf,
-    file: File,
+    file: LazyFile,
     /// This journal's random id ([`JournalHeader::id`]).
     id: u64,
     len: u64,
@@ -107,8 +106,7 @@ impl Journal {
     fn created(path: PathBuf, file: File, header: JournalHeader) -> Journal {
         let len = to_u64(JOURNAL_HEADER_BYTES);
         Journal {
-            path,
-            file,
+            file: LazyFile::opened(path, file),
             id: header.id,
             len,
             synced_len: len,
@@ -121,8 +119,7 @@ impl Journal {
     /// file ends after the record.
     fn resume(path: PathBuf, file: File, header: JournalHeader, close_at: u64) -> Journal {
         Journal {
-            path,
-            file,
+            file: LazyFile::opened(path, file),
             id: header.id,
             len: close_at,
             synced_len: close_at,
@@ -134,10 +131,11 @@ impl Journal {
     fn unsynced_write(&self) -> Result<JournalWrite<'_>> {
         let mut bytes = vec![0u8; crate::num::to_usize(self.len - self.synced_len)];
         self.file
+            .get()?
             .read_exact_at(&mut bytes, self.synced_len)
-            .map_err(io_err(&self.path))?;
+            .map_err(io_err(self.file.path()))?;
         Ok(JournalWrite {
-            path: &self.path,
+            path: self.file.path(),
             id: self.id,
             at: self.synced_len,
             file_len: self.allocated,
@@ -150,9 +148,9 @@ impl Journal {
         let end = self.len + to_u64(frame.len());
         if end > self.allocated {
             self.allocated = end.next_multiple_of(JOURNAL_ALLOCATE_BYTES);
-            io.set_len(&self.file, &self.path, self.allocated)?;
+            io.set_len(self.file.get()?, self.file.path(), self.allocated)?;
         }
-        io.write_at(&self.file, &self.path, self.len, frame)?;
+        io.write_at(self.file.get()?, self.file.path(), self.len, frame)?;
         self.len = end;
         Ok(())
     }
@@ -239,8 +237,7 @@ impl OpenChunk {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
             Ok(Appender {
-                path,
-                file,
+                file: LazyFile::opened(path, file),
                 written: 0,
                 buf: Vec::new(),
             })
@@ -282,8 +279,7 @@ impl OpenChunk {
                 .open(&path)
                 .map_err(io_err(&path))?;
             Ok(Appender {
-                path,
-                file,
+                file: LazyFile::opened(path, file),
                 written,
                 buf: Vec::new(),
             })
@@ -455,17 +451,23 @@ impl OpenChunk {
     /// The files [`OpenChunk::write_and_sync_journal`] syncs after its write: the journal if
     /// it was written and `with_journal`, and the chunk files if written in place since the
     /// last sync.
-    pub fn files_to_sync(&self, with_journal: bool) -> Vec<(&File, &Path)> {
+    pub fn files_to_sync(&self, with_journal: bool) -> Result<Vec<(&File, &Path)>> {
+        self.unsynced_files(self.in_place_unsynced, with_journal)
+    }
+
+    /// The chunk files if `chunk_files`, and the journal if written since its last sync and
+    /// `with_journal`.
+    fn unsynced_files(&self, chunk_files: bool, with_journal: bool) -> Result<Vec<(&File, &Path)>> {
         let mut files: Vec<(&File, &Path)> = Vec::with_capacity(4);
-        if self.in_place_unsynced {
+        if chunk_files {
             for a in [&self.json, &self.keys, &self.recs] {
-                files.push((&a.file, a.path.as_path()));
+                files.push((a.file.get()?, a.file.path()));
             }
         }
         if self.journal_unsynced && with_journal {
-            files.push((&self.journal.file, self.journal.path.as_path()));
+            files.push((self.journal.file.get()?, self.journal.file.path()));
         }
-        files
+        Ok(files)
     }
 
     /// The journal's frames written since its last sync, for the group journal to make
@@ -488,16 +490,7 @@ impl OpenChunk {
     /// Syncs the journal if it was written and the chunk files if `chunk_files` (all started
     /// together), and starts a new sync interval.
     fn sync(&mut self, io: &Io, chunk_files: bool) -> Result<()> {
-        let mut files: Vec<(&File, &Path)> = Vec::with_capacity(4);
-        if chunk_files {
-            for a in [&self.json, &self.keys, &self.recs] {
-                files.push((&a.file, a.path.as_path()));
-            }
-        }
-        if self.journal_unsynced {
-            files.push((&self.journal.file, self.journal.path.as_path()));
-        }
-        io.sync_data_all(&files)?;
+        io.sync_data_all(&self.unsynced_files(chunk_files, true)?)?;
         self.mark_synced(chunk_files);
         Ok(())
     }
@@ -546,9 +539,53 @@ impl OpenChunk {
         if self.files_unsynced {
             self.sync(io, true)?;
         }
-        io.write_at(&self.journal.file, &self.journal.path, at, &record.encode())?;
-        io.set_len(&self.journal.file, &self.journal.path, end)?;
+        let (file, path) = (self.journal.file.get()?, self.journal.file.path());
+        io.write_at(file, path, at, &record.encode())?;
+        io.set_len(file, path, end)?;
         self.journal.allocated = end;
+        Ok(true)
+    }
+
+    /// Closes the chunk's four files and frees its buffers, once everything is written out
+    /// and synced (by the journal's own sync or the group journal's); any later use opens the
+    /// files again.
+    pub fn release(&mut self) {
+        assert!(
+            self.buffered_bytes() == 0 && !self.journal_unsynced && !self.in_place_unsynced,
+            "a chunk is released after a flush"
+        );
+        for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
+            appender.buf = Vec::new();
+            appender.file.release();
+        }
+        self.journal.file.release();
+    }
+
+    /// Whether the chunk's files are as this writer left them when it released them: the
+    /// journal still the one it wrote (any other writer that opened the chunk since either
+    /// started a new journal or appended records) and each chunk file exactly as long as
+    /// written. Opens the files again.
+    pub fn unchanged_since_release(&self) -> Result<bool> {
+        let mut head = [0u8; JOURNAL_HEADER_BYTES];
+        self.journal
+            .file
+            .get()?
+            .read_exact_at(&mut head, 0)
+            .map_err(io_err(self.journal.file.path()))?;
+        if JournalHeader::decode(&head).map(|h| h.id) != Some(self.journal.id) {
+            return Ok(false);
+        }
+        for a in [&self.json, &self.keys, &self.recs] {
+            let len = a
+                .file
+                .get()?
+                .metadata()
+                .map_err(io_err(a.file.path()))?
+                .len();
+            if len != a.written {
+                return Ok(false);
+            }
+        }
         Ok(true)
     }
 

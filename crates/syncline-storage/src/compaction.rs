@@ -7,7 +7,7 @@
 //! get new files (the next generation), swapped in through an atomically renamed index.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 
 use crate::error::{corrupt, io_err, Result};
@@ -15,6 +15,7 @@ use crate::format::{
     chunk_path, ChunkEntry, ChunkFile, Record, RecordKind, ENTRY_BYTES, FLAG_MERGED, INDEX_FILE,
     INDEX_TMP_FILE, RECORD_BYTES,
 };
+use crate::lazy_file::LazyFile;
 use crate::message::Operation;
 use crate::num::{to_u64, to_usize};
 use crate::writer::Writer;
@@ -220,11 +221,7 @@ impl Writer {
         self.io.sync_data(&f, &tmp)?;
         self.io.rename(&tmp, &path)?;
         self.io.sync_dir(&self.dir)?;
-        self.index = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        self.index = LazyFile::new(path);
         self.indexed = entries;
         for &(seq, old, _) in rewritten {
             for file in ChunkFile::ALL {

@@ -30,6 +30,9 @@ pub enum StorageError {
     /// Another writer (in this or another process) holds the shape's lock.
     #[error("shape {0:?} already has a writer")]
     WriterBusy(String),
+    /// Another writer changed the log while this one was parked ([`crate::Writer::park`]).
+    #[error("shape {0:?} was changed by another writer while this one was parked")]
+    Changed(String),
     /// A file does not match the documented format.
     #[error("corrupt {path}: {reason}")]
     Corrupt {

@@ -47,6 +47,7 @@ mod format;
 mod group_journal;
 mod index;
 mod io;
+mod lazy_file;
 mod message;
 mod num;
 mod options;

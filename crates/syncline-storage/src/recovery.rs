@@ -16,6 +16,7 @@ use crate::format::{
 };
 use crate::index::decode_entries;
 use crate::io::{try_lock, Io};
+use crate::lazy_file::LazyFile;
 use crate::num::{to_u64, to_usize};
 use crate::options::WriterOptions;
 use crate::writer::Writer;
@@ -142,11 +143,11 @@ fn writer(
     Writer {
         dir: dir.to_path_buf(),
         io,
-        _lock: lock,
+        lock: Some(lock),
         chunk_bytes_max: meta.chunk_bytes_max,
         write_buffer_bytes_max: options.write_buffer_bytes_max,
         journal_bytes_max: options.journal_bytes_max,
-        index,
+        index: LazyFile::opened(dir.join(INDEX_FILE), index),
         indexed,
         tail,
         closed_pending: Vec::new(),

@@ -1,21 +1,24 @@
 //! The single writer of a shape log: buffered appends, commits, batched durable flushes.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use syncline_core::LogOffset;
 
 use crate::chunk::{JournalWrite, OpenChunk};
-use crate::error::{Result, StorageError};
+use crate::error::{io_err, Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
-    FLAG_SNAPSHOT_DONE, INDEX_FILE,
+    FLAG_SNAPSHOT_DONE,
 };
 use crate::group_journal::GroupJournal;
+use crate::index::decode_entries;
 use crate::io::{run_concurrently, Io};
+use crate::lazy_file::LazyFile;
 use crate::message::Message;
 use crate::num::to_u64;
+use crate::recovery::lock_shape;
 use crate::KEY_BYTES_MAX;
 
 /// Appends to one shape log. Only one exists per shape at a time, across processes (it holds an
@@ -25,17 +28,21 @@ use crate::KEY_BYTES_MAX;
 /// up to the last [`Writer::commit`]. After any I/O error the writer refuses further work
 /// ([`StorageError::Poisoned`]); reopening the shape recovers to the last durable commit.
 ///
-/// An open writer holds six file descriptors and the lock; [`Writer::close`] releases them so
-/// cheaply that idle shapes can be closed and reopened on demand.
+/// An open writer holds up to six file descriptors and the lock. [`Writer::park`] releases
+/// them and the buffers without any I/O, keeping the writer's state, so that a writer used
+/// now and then costs no descriptor in between and resumes without reading its log;
+/// [`Writer::close`] releases everything, so cheaply that idle shapes can be closed and
+/// reopened on demand.
 #[derive(Debug)]
 pub struct Writer {
     pub(crate) dir: PathBuf,
     pub(crate) io: Io,
-    pub(crate) _lock: File,
+    /// The open `shape.meta`, holding the writer's lock; none while parked.
+    pub(crate) lock: Option<File>,
     pub(crate) chunk_bytes_max: u64,
     pub(crate) write_buffer_bytes_max: usize,
     pub(crate) journal_bytes_max: usize,
-    pub(crate) index: File,
+    pub(crate) index: LazyFile,
     /// Entries durable in the index file, in chunk order.
     pub(crate) indexed: Vec<ChunkEntry>,
     pub(crate) tail: OpenChunk,
@@ -169,17 +176,17 @@ impl Writer {
 
     /// What [`Writer::flush`] would sync after [`Writer::write_unsynced`]: the tail's files
     /// (the journal only `with_journal`), and the directory if files were created in it.
-    fn pending_syncs(&self, with_journal: bool) -> Vec<PendingSync<'_>> {
+    fn pending_syncs(&self, with_journal: bool) -> Result<Vec<PendingSync<'_>>> {
         let mut syncs: Vec<PendingSync<'_>> = self
             .tail
-            .files_to_sync(with_journal)
+            .files_to_sync(with_journal)?
             .into_iter()
             .map(|(file, path)| PendingSync::File(file, path))
             .collect();
         if self.dir_dirty {
             syncs.push(PendingSync::Dir(&self.dir));
         }
-        syncs
+        Ok(syncs)
     }
 
     /// The last of [`flush_all`]'s steps, once every sync of [`Writer::pending_syncs`]
@@ -231,6 +238,52 @@ impl Writer {
         Ok(durable)
     }
 
+    /// Parks the writer if it is idle (no transaction open, every commit durable): closes its
+    /// files, frees its buffers and releases its lock, with no I/O, keeping what it knows of
+    /// the log. Returns whether it parked (or was parked already). Any later use first takes
+    /// the lock again and checks that no other writer changed the log meanwhile (else it fails
+    /// with [`StorageError::Changed`]; reopen the shape then).
+    pub fn park(&mut self) -> bool {
+        if self.lock.is_none() {
+            return true;
+        }
+        if self.poisoned || self.txn_open || self.last_committed != self.durable {
+            return false;
+        }
+        assert!(
+            self.closed_pending.is_empty() && self.closed_committed.is_empty(),
+            "a flush with no transaction open indexes every closed chunk"
+        );
+        self.tail.release();
+        self.index.release();
+        self.lock = None;
+        true
+    }
+
+    /// Whether the writer is parked ([`Writer::park`]): it holds no file descriptor.
+    pub fn is_parked(&self) -> bool {
+        self.lock.is_none()
+    }
+
+    /// Takes the lock of a parked writer again, checking that the log is as the writer left it.
+    fn unpark(&mut self) -> Result<()> {
+        let shape = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (lock, _) = lock_shape(&self.dir, &shape)?;
+        let index_path = self.index.path();
+        let index = fs::read(index_path).map_err(io_err(index_path))?;
+        let same_index = index.len() == self.indexed.len() * ENTRY_BYTES
+            && decode_entries(&index, None) == self.indexed;
+        if !same_index || !self.tail.unchanged_since_release()? {
+            return Err(StorageError::Changed(shape));
+        }
+        self.lock = Some(lock);
+        Ok(())
+    }
+
     /// The last committed offset made durable by a flush (or found by recovery).
     pub fn durable_offset(&self) -> Option<LogOffset> {
         self.durable
@@ -277,7 +330,11 @@ impl Writer {
         if self.poisoned {
             return Err(StorageError::Poisoned);
         }
-        let result = f(self);
+        let result = if self.lock.is_none() {
+            self.unpark().and_then(|()| f(self))
+        } else {
+            f(self)
+        };
         if result.is_err() {
             self.poisoned = true;
         }
@@ -341,10 +398,10 @@ impl Writer {
                 .encode()
             })
             .collect();
-        let path = self.dir.join(INDEX_FILE);
         let pos = to_u64(self.indexed.len() * ENTRY_BYTES);
-        self.io.write_at(&self.index, &path, pos, &bytes)?;
-        self.io.sync_data(&self.index, &path)?;
+        let (index, path) = (self.index.get()?, self.index.path());
+        self.io.write_at(index, path, pos, &bytes)?;
+        self.io.sync_data(index, path)?;
         let first_new = to_u64(self.indexed.len());
         self.indexed.append(&mut self.closed_committed);
         // Indexed chunks were synced when they closed: their journals are no longer needed.
@@ -514,7 +571,10 @@ fn prepare<'a>(writer: &'a mut Writer, journaled: bool) -> Prepared<'a> {
             }
         }
     }
-    prepared.syncs = writer.pending_syncs(!journaled);
+    match writer.pending_syncs(!journaled) {
+        Ok(syncs) => prepared.syncs = syncs,
+        Err(e) => prepared.failure = Some(e),
+    }
     prepared
 }
 

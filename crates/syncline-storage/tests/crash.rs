@@ -21,6 +21,8 @@ const GROUP_LOGS: usize = 4;
 /// Transactions the group-flush workload writes to each of its shapes (fewer than
 /// [`WORKLOAD_TXNS`]: every stop runs it on several shapes).
 const GROUP_WORKLOAD_TXNS: u64 = 6;
+/// The transactions after whose flush the workload parks the writer (the next write resumes it).
+const PARK_AFTER_TXNS: [u64; 2] = [6, 9];
 /// The transaction after which the workload compacts the log.
 const COMPACT_AFTER_TXN: u64 = 10;
 /// The transaction after which the workload closes the writer and reopens it.
@@ -67,6 +69,9 @@ fn run_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<
             let reported = w.flush()?;
             assert_eq!(reported, msgs.last().map(|m| m.offset));
             *durable = t;
+            if PARK_AFTER_TXNS.contains(&t) {
+                assert!(w.park(), "an idle writer parks");
+            }
         }
         if t == COMPACT_AFTER_TXN {
             w.compact(1, &mut |_, newer| newer.to_vec())?;
@@ -192,7 +197,8 @@ const GROUP_JOURNAL_BYTES_MAX: u64 = 8_000;
 /// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] with `sync`
 /// every other transaction, until it ends or fails; `durable` holds the last transaction
 /// reported durable in every shape. After [`GROUP_CLOSE_AFTER_TXN`] it closes the first
-/// shape's writer and reopens it (the group journal then holds frames of a closed journal).
+/// shape's writer and reopens it (the group journal then holds frames of a closed journal);
+/// after every other flush it parks the last shape's writer.
 fn run_group_workload(
     sync: GroupSync,
     root: &Path,
@@ -217,6 +223,9 @@ fn run_group_workload(
                 assert_eq!(reported?, msgs.last().map(|m| m.offset));
             }
             *durable = t;
+            if t % 4 == 0 {
+                assert!(writers[GROUP_LOGS - 1].park(), "an idle writer parks");
+            }
         }
         if t == GROUP_CLOSE_AFTER_TXN {
             let first = writers.remove(0);

@@ -84,6 +84,29 @@ fn a_closed_writer_holds_no_descriptor() {
     assert_eq!(open_fds(), before);
 }
 
+/// A parked writer holds no descriptor; resuming takes the locked header, the tail's three
+/// files and its journal again (the index only when a chunk closes).
+#[test]
+fn a_parked_writer_holds_no_descriptor() {
+    let _counting = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let before = open_fds();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let msgs = workload_txn(1);
+    w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+    w.flush().unwrap();
+    assert!(w.park());
+    assert_eq!(open_fds(), before);
+    w.flush().unwrap();
+    assert_eq!(open_fds(), before + 5);
+    assert!(w.park());
+    assert_eq!(open_fds(), before);
+    drop(w);
+}
+
 /// A live read that finds nothing new opens only the tail's records file, not its JSON file
 /// (here removed to prove it); a read with a body needs it.
 #[test]

@@ -25,6 +25,8 @@ enum Step {
     Compact(usize),
     /// A clean close (which discards an open transaction) and a reopen.
     Close,
+    /// Parking the writer (only an idle one parks; the next use resumes it).
+    Park,
     Crash {
         power_loss: Option<bool>,
         seed: u64,
@@ -44,6 +46,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => any::<usize>().prop_map(Step::Read),
         1 => (0usize..3).prop_map(Step::Compact),
         1 => Just(Step::Close),
+        1 => Just(Step::Park),
         1 => (prop::option::of(any::<bool>()), any::<u64>()).prop_map(|(power_loss, seed)| Step::Crash { power_loss, seed }),
     ]
 }
@@ -199,6 +202,10 @@ fn run(steps: Vec<Step>) {
                 // lose the close record, which is not.
                 writer = store.open_writer("m", &options(plan.clone())).unwrap();
                 assert_eq!(writer.durable_offset(), durable);
+            }
+            Step::Park => {
+                let idle = model.pending.is_empty() && model.durable_txns == model.txns.len();
+                assert_eq!(writer.park(), idle);
             }
             Step::Crash { power_loss, seed } => {
                 drop(writer);
