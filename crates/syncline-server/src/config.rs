@@ -111,11 +111,18 @@ pub struct Config {
     #[arg(long, env = "ELECTRIC_TCP_SEND_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub tcp_send_timeout: Duration,
 
-    /// Shape logs kept open at once; past it the least recently used idle ones are closed
-    /// (an idle shape then holds no file descriptors). Default: a sixteenth of the open-files
-    /// limit, at least 16.
+    /// Shape logs kept open at once (each holds up to six file descriptors); past it the least
+    /// recently used idle ones are parked: their files are closed and their writer's state is
+    /// kept, so the next change resumes them without reading the log. Default: a sixteenth of
+    /// the open-files limit, at least 16.
     #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]
     pub open_logs_max: Option<usize>,
+
+    /// Shape logs kept parked at once (no file descriptors, about a kilobyte of memory each);
+    /// past it the least recently used are closed (an idle shape then holds no writer at
+    /// all). Default: eight times the open logs' bound.
+    #[arg(long, env = "SYNCLINE_PARKED_LOGS_MAX")]
+    pub parked_logs_max: Option<usize>,
 
     /// This server's part among servers sharing one storage directory and stream id: `auto`
     /// takes the writer's lock (a Postgres advisory lock) when it is free, and until then is a

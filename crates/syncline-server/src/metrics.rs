@@ -54,6 +54,10 @@ pub struct Metrics {
     pub admission_in_flight: Family<KindLabels, Gauge>,
     /// Live shapes.
     pub shapes: Gauge,
+    /// Shape log writers open (holding their files).
+    pub shape_logs_open: Gauge,
+    /// Shape log writers parked (files closed, state kept).
+    pub shape_logs_parked: Gauge,
     /// Responses sent gzipped.
     pub gzip_responses: Counter,
     /// gzipped responses served from the kept compressed chunks.
@@ -100,6 +104,8 @@ impl Default for Metrics {
             admission_rejected: Family::default(),
             admission_in_flight: Family::default(),
             shapes: Gauge::default(),
+            shape_logs_open: Gauge::default(),
+            shape_logs_parked: Gauge::default(),
             gzip_responses: Counter::default(),
             gzip_cache_hits: Counter::default(),
             health: Family::default(),
@@ -142,6 +148,16 @@ impl Metrics {
             self.admission_in_flight.clone(),
         );
         r.register("shapes", "Live shapes", self.shapes.clone());
+        r.register(
+            "shape_logs_open",
+            "Shape log writers open, holding their files",
+            self.shape_logs_open.clone(),
+        );
+        r.register(
+            "shape_logs_parked",
+            "Shape log writers parked: files closed, state kept",
+            self.shape_logs_parked.clone(),
+        );
         r.register(
             "gzip_responses",
             "Responses sent gzipped",

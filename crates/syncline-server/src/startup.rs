@@ -19,7 +19,7 @@ use crate::http::server::{self, default_max_connections, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::postgres::Postgres;
 use crate::progress::Progress;
-use crate::shapes::{Logs, MetaDir, Shapes};
+use crate::shapes::{Logs, MetaDir, Shapes, WriterBounds};
 use crate::state::AppState;
 
 /// Longest wait at shutdown for connections to finish their last request.
@@ -90,8 +90,14 @@ pub async fn start(config: Config) -> Result<Server, String> {
     let open_logs_max = config
         .open_logs_max
         .unwrap_or_else(|| default_open_logs_max(open_files_limit()));
+    let bounds = WriterBounds {
+        open: open_logs_max,
+        parked: config
+            .parked_logs_max
+            .unwrap_or(open_logs_max.saturating_mul(PARKED_PER_OPEN_LOG)),
+    };
     let shapes = Arc::new(Shapes::new(
-        Logs::new(store, writer_options, open_logs_max),
+        Logs::new(store, writer_options, bounds),
         MetaDir::open_read_only(meta_dir),
         postgres.clone(),
         config.max_shapes,
@@ -162,6 +168,9 @@ async fn serve_http(
     }
     Ok(connections)
 }
+
+/// Parked shape logs kept per open one, by default.
+const PARKED_PER_OPEN_LOG: usize = 8;
 
 /// The default bound on open shape logs for an open-files limit of `open_files`: a sixteenth
 /// of it (an open log holds six descriptors), at least 16.

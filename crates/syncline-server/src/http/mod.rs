@@ -167,8 +167,11 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
 /// Prometheus's text format, with the gauges that are read off the state brought up to date.
 fn metrics(state: &AppState) -> Response {
     let m = &state.metrics;
-    m.shapes
-        .set(i64::try_from(state.shapes.len()).unwrap_or(i64::MAX));
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    m.shapes.set(gauge(state.shapes.len()));
+    let (open, parked) = state.shapes.writers();
+    m.shape_logs_open.set(gauge(open));
+    m.shape_logs_parked.set(gauge(parked));
     let (_, reported) = health_status(state);
     for status in ["starting", "waiting", "active", "degraded"] {
         m.health

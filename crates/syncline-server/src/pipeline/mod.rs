@@ -551,15 +551,19 @@ impl Pipeline {
         self.metrics.replication_lag_seconds.set(lag_s);
     }
 
-    /// With more shape logs open than their bound, makes what is committed durable and closes
-    /// the least recently used idle logs, before a change opens more.
+    /// With more shape logs open (or parked) than their bound, makes what is committed durable
+    /// and parks the least recently used idle logs (and closes the least recently used parked
+    /// ones), before a change opens more.
     fn make_room(&mut self) {
-        if !self.shapes.open_writers_over_bound() {
+        if !self.shapes.writers_over_bound() {
             return;
         }
         self.first_unflushed.get_or_insert_with(Instant::now);
         self.flush();
-        tokio::task::block_in_place(|| self.shapes.close_idle_writers());
+        tokio::task::block_in_place(|| {
+            self.shapes.park_idle_writers();
+            self.shapes.close_parked_writers();
+        });
     }
 
     fn change(&mut self, oid: u32, old: Option<Tuple>, new: Option<Tuple>) {

@@ -16,30 +16,46 @@ const PROBE_FILE: &str = ".write-probe";
 /// Bytes the probe writes: room for a little more than one transaction's flush.
 const PROBE_BYTES: usize = 1 << 20;
 
-/// The store of shape logs, with the writer settings, and the count of open writers.
+/// The store of shape logs, with the writer settings, and the count of open and parked
+/// writers.
 #[derive(Debug)]
 pub struct Logs {
     store: RwLock<Store>,
     options: WriterOptions,
-    /// Writers open now.
+    /// Writers open now (holding their files).
     open_writers: AtomicUsize,
-    /// Writers kept open before the least recently used idle ones are closed.
+    /// Writers kept open before the least recently used idle ones are parked.
     open_writers_max: usize,
+    /// Writers parked now (no files held; see [`syncline_storage::Writer::park`]).
+    parked_writers: AtomicUsize,
+    /// Writers kept parked before the least recently used are closed.
+    parked_writers_max: usize,
     /// A logical clock for writers' last use.
     clock: AtomicU64,
-    /// Woken when a writer opens past the bound.
+    /// Woken when a writer opens or parks past a bound.
     over_bound: Notify,
 }
 
+/// How many writers to keep, open and parked.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterBounds {
+    /// Writers kept open (six descriptors each at most).
+    pub open: usize,
+    /// Writers kept parked (no descriptor, about a kilobyte of memory each).
+    pub parked: usize,
+}
+
 impl Logs {
-    /// The logs in `store` (read-only or not), written with `options`, with at most about
-    /// `open_writers_max` writers open at once.
-    pub fn new(store: Store, options: WriterOptions, open_writers_max: usize) -> Logs {
+    /// The logs in `store` (read-only or not), written with `options`, with about `bounds`
+    /// writers open and parked at most.
+    pub fn new(store: Store, options: WriterOptions, bounds: WriterBounds) -> Logs {
         Logs {
             store: RwLock::new(store),
             options,
             open_writers: AtomicUsize::new(0),
-            open_writers_max,
+            open_writers_max: bounds.open,
+            parked_writers: AtomicUsize::new(0),
+            parked_writers_max: bounds.parked,
             clock: AtomicU64::new(0),
             over_bound: Notify::new(),
         }
@@ -78,35 +94,74 @@ impl Logs {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A writer was opened.
-    pub fn writer_opened(&self) {
+    /// A writer was opened, or a parked one resumed (`resumed`).
+    pub fn writer_opened(&self, resumed: bool) {
+        if resumed {
+            let before = self.parked_writers.fetch_sub(1, Ordering::Relaxed);
+            assert!(before > 0, "more writers resumed than parked");
+        }
         let open = self.open_writers.fetch_add(1, Ordering::Relaxed) + 1;
         if open > self.open_writers_max {
             self.over_bound.notify_one();
         }
     }
 
-    /// Waits until a writer opens past the bound.
-    pub async fn opened_past_bound(&self) {
+    /// An open writer was parked.
+    pub fn writer_parked(&self) {
+        let before = self.open_writers.fetch_sub(1, Ordering::Relaxed);
+        assert!(before > 0, "more writers parked than open");
+        let parked = self.parked_writers.fetch_add(1, Ordering::Relaxed) + 1;
+        if parked > self.parked_writers_max {
+            self.over_bound.notify_one();
+        }
+    }
+
+    /// Waits until a writer opens or parks past its bound.
+    pub async fn past_bound(&self) {
         self.over_bound.notified().await;
     }
 
-    /// A writer was closed.
-    pub fn writer_closed(&self) {
-        let before = self.open_writers.fetch_sub(1, Ordering::Relaxed);
+    /// A writer was closed or dropped, open or parked (`parked`).
+    pub fn writer_closed(&self, parked: bool) {
+        let count = if parked {
+            &self.parked_writers
+        } else {
+            &self.open_writers
+        };
+        let before = count.fetch_sub(1, Ordering::Relaxed);
         assert!(before > 0, "more writers closed than opened");
     }
 
-    /// How many writers are open past the bound (0 if none).
+    /// How many writers are open past their bound (0 if none).
     pub fn open_writers_over(&self) -> usize {
         self.open_writers
             .load(Ordering::Relaxed)
             .saturating_sub(self.open_writers_max)
     }
 
+    /// How many writers are parked past their bound (0 if none).
+    pub fn parked_writers_over(&self) -> usize {
+        self.parked_writers
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.parked_writers_max)
+    }
+
+    /// How many writers are kept open and parked.
+    pub fn bounds(&self) -> WriterBounds {
+        WriterBounds {
+            open: self.open_writers_max,
+            parked: self.parked_writers_max,
+        }
+    }
+
     /// Writers open now.
     pub fn open_writers(&self) -> usize {
         self.open_writers.load(Ordering::Relaxed)
+    }
+
+    /// Writers parked now.
+    pub fn parked_writers(&self) -> usize {
+        self.parked_writers.load(Ordering::Relaxed)
     }
 
     /// Creates the log of a new shape.

@@ -35,12 +35,12 @@ use tokio::sync::{mpsc, oneshot};
 use crate::postgres::Postgres;
 pub use command::{Command, MoveInRows, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
-pub use logs::Logs;
+pub use logs::{Logs, WriterBounds};
 pub use meta::ShapeMeta;
 pub use meta::{MetaDir, ViewRecord, META_VERSION};
 use registry::Registry;
 pub use shape::{Blame, Failure, Shape, ShapeState};
-use writer::SharedWriter;
+use writer::{ShapeWriter, SharedWriter};
 
 /// How long a refusal to publish a table is remembered.
 pub const PUBLISH_REFUSAL_TTL: Duration = Duration::from_secs(10);
@@ -84,6 +84,8 @@ pub enum StepError {
 
 /// Queued commands for the pipeline before senders wait.
 const COMMAND_QUEUE_LEN: usize = 1024;
+/// Trimming writers past a bound goes this fraction of the bound below it.
+const TRIM_BELOW_BOUND_DIVISOR: usize = 8;
 
 /// What a server that became the writer starts its pipeline and snapshot queue with.
 pub struct WriterStart {
@@ -718,51 +720,93 @@ impl Shapes {
         kept
     }
 
-    /// Closes the least recently used idle writers while more than the bound are open (a
-    /// closed log holds no file descriptors and reopens without recovery). Closing syncs the
-    /// files written since their last sync, so it runs on the blocking pool.
-    pub async fn trim_open_writers(self: &Arc<Self>) {
-        if self.logs.open_writers_over() == 0 {
+    /// Keeps the writers within their bounds: parks the least recently used idle ones while
+    /// more than the bound are open (a parked writer holds no file descriptor and resumes
+    /// without reading its log), and closes the least recently used parked ones while more
+    /// than their bound are parked. Closing syncs the files written since their last sync, so
+    /// this runs on the blocking pool.
+    pub async fn trim_writers(self: &Arc<Self>) {
+        if self.logs.open_writers_over() == 0 && self.logs.parked_writers_over() == 0 {
             return;
         }
         let shapes = self.clone();
-        let closed = tokio::task::spawn_blocking(move || shapes.close_idle_writers())
-            .await
-            .unwrap_or(0);
+        let (parked, closed) = tokio::task::spawn_blocking(move || {
+            (shapes.park_idle_writers(), shapes.close_parked_writers())
+        })
+        .await
+        .unwrap_or((0, 0));
         tracing::debug!(
+            parked,
             closed,
             open = self.logs.open_writers(),
-            "idle shape logs closed"
+            parked_now = self.logs.parked_writers(),
+            "idle shape logs parked and closed"
         );
     }
 
-    /// Whether more writers are open than the bound.
-    pub fn open_writers_over_bound(&self) -> bool {
-        self.logs.open_writers_over() > 0
+    /// How many shape log writers are open, and how many parked.
+    pub fn writers(&self) -> (usize, usize) {
+        (self.logs.open_writers(), self.logs.parked_writers())
     }
 
-    /// Closes the least recently used idle writers until the open ones are within the bound
-    /// (or no idle one is left); blocks while closing. Returns how many were closed.
-    pub fn close_idle_writers(&self) -> usize {
+    /// Whether more writers are open, or parked, than their bound.
+    pub fn writers_over_bound(&self) -> bool {
+        self.logs.open_writers_over() > 0 || self.logs.parked_writers_over() > 0
+    }
+
+    /// The shapes whose writer `since` says was last used when, least recently used first.
+    fn least_recently_used(&self, since: impl Fn(&ShapeWriter) -> Option<u64>) -> Vec<Arc<Shape>> {
+        let mut found: Vec<(u64, Arc<Shape>)> = self
+            .all()
+            .into_iter()
+            .filter_map(|s| {
+                let t = since(&s.writer.lock());
+                t.map(|t| (t, s))
+            })
+            .collect();
+        found.sort_by_key(|(t, _)| *t);
+        found.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Parks the least recently used idle writers until the open ones are an eighth below
+    /// their bound (so that the next ones to open do not each find it full), or no idle one is
+    /// left. Returns how many were parked.
+    pub fn park_idle_writers(&self) -> usize {
         let over = self.logs.open_writers_over();
         if over == 0 {
             return 0;
         }
-        let mut open: Vec<(u64, Arc<Shape>)> = self
-            .all()
-            .into_iter()
-            .filter_map(|s| {
-                let since = s.writer.lock().open_since();
-                since.map(|t| (t, s))
-            })
-            .collect();
-        open.sort_by_key(|(t, _)| *t);
+        let over = over + self.logs.bounds().open / TRIM_BELOW_BOUND_DIVISOR;
+        let mut parked = 0;
+        for shape in self.least_recently_used(ShapeWriter::open_since) {
+            if parked == over {
+                break;
+            }
+            if shape.writer.lock().park_if_idle() {
+                parked += 1;
+            }
+        }
+        parked
+    }
+
+    /// Closes the least recently used parked writers until the parked ones are an eighth below
+    /// their bound; blocks while closing. Returns how many were closed.
+    pub fn close_parked_writers(&self) -> usize {
+        let over = self.logs.parked_writers_over();
+        if over == 0 {
+            return 0;
+        }
+        let over = over + self.logs.bounds().parked / TRIM_BELOW_BOUND_DIVISOR;
         let mut closed = 0;
-        for (_, shape) in open {
+        for shape in self.least_recently_used(ShapeWriter::parked_since) {
             if closed == over {
                 break;
             }
-            match shape.writer.lock().close_if_idle() {
+            let mut writer = shape.writer.lock();
+            if writer.parked_since().is_none() {
+                continue;
+            }
+            match writer.close_if_idle() {
                 Ok(Some(_)) => closed += 1,
                 Ok(None) => {}
                 Err(e) => {
@@ -773,15 +817,15 @@ impl Shapes {
         closed
     }
 
-    /// Keeps the open writers under their bound ([`Shapes::trim_open_writers`] as soon as one
-    /// opens past it, and every `period`), for as long as the server runs.
+    /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
+    /// parks past them, and every `period`), for as long as the server runs.
     pub async fn watch_open_writers(self: Arc<Self>, period: Duration) {
         loop {
             tokio::select! {
-                () = self.logs.opened_past_bound() => {}
+                () = self.logs.past_bound() => {}
                 () = tokio::time::sleep(period) => {}
             }
-            self.trim_open_writers().await;
+            self.trim_writers().await;
         }
     }
 

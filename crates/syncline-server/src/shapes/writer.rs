@@ -1,8 +1,10 @@
 //! A shape's log writer, shared by its snapshot task and the pipeline, and opened on first use:
 //! a shape restored at start costs no file handles and no recovery work until a change reaches
 //! it or a request needs to know where its log ends. Open writers are counted in [`Logs`]; past
-//! its bound the least recently used idle ones are closed (cleanly: reopening them skips
-//! recovery), so idle shapes hold no file descriptors.
+//! its bound the least recently used idle ones are parked (their files closed, their state
+//! kept: resuming reads nothing), and past the bound on parked ones the least recently used
+//! are closed (cleanly: reopening them skips recovery), so idle shapes hold no file
+//! descriptors and, once closed, no writer memory.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -17,6 +19,8 @@ pub struct ShapeWriter {
     handle: String,
     logs: Arc<Logs>,
     writer: Option<Writer>,
+    /// The writer is parked ([`Writer::park`]), and counted so in [`Logs`].
+    parked: bool,
     /// When it was last used, on the logs' clock.
     last_used: u64,
     /// The shape is being deleted: the log is never opened again.
@@ -32,13 +36,14 @@ impl SharedWriter {
     /// (recovering the log if it was not closed cleanly) when first used.
     pub fn new(handle: &str, logs: Arc<Logs>, writer: Option<Writer>) -> SharedWriter {
         if writer.is_some() {
-            logs.writer_opened();
+            logs.writer_opened(false);
         }
         SharedWriter(Mutex::new(ShapeWriter {
             handle: handle.to_owned(),
             last_used: logs.tick(),
             logs,
             writer,
+            parked: false,
             retired: false,
         }))
     }
@@ -57,20 +62,49 @@ impl ShapeWriter {
         }
         if self.writer.is_none() {
             self.writer = Some(self.logs.open_writer(&self.handle)?);
-            self.logs.writer_opened();
+            self.logs.writer_opened(false);
         }
         self.last_used = self.logs.tick();
-        Ok(self.writer.as_mut().expect("opened above"))
+        Ok(self.resumed().expect("opened above"))
     }
 
-    /// The writer if it is open.
+    /// The writer if it is open or parked (a parked one is counted open again: its next use
+    /// resumes it).
     pub fn opened(&mut self) -> Option<&mut Writer> {
-        self.writer.as_mut()
+        self.resumed()
     }
 
-    /// When the writer was last used (on the logs' clock), if it is open.
+    fn resumed(&mut self) -> Option<&mut Writer> {
+        let writer = self.writer.as_mut()?;
+        if self.parked {
+            self.parked = false;
+            self.logs.writer_opened(true);
+        }
+        Some(writer)
+    }
+
+    /// When the writer was last used (on the logs' clock), if it is open and not parked.
     pub fn open_since(&self) -> Option<u64> {
-        self.writer.as_ref().map(|_| self.last_used)
+        (self.writer.is_some() && !self.parked).then_some(self.last_used)
+    }
+
+    /// When the writer was last used (on the logs' clock), if it is parked.
+    pub fn parked_since(&self) -> Option<u64> {
+        self.parked.then_some(self.last_used)
+    }
+
+    /// Parks the writer if it is open and idle (no transaction open, every commit durable):
+    /// its files are closed with no I/O. Returns whether it parked.
+    pub fn park_if_idle(&mut self) -> bool {
+        let Some(writer) = self.writer.as_mut().filter(|_| !self.parked) else {
+            return false;
+        };
+        if !writer.park() {
+            return false;
+        }
+        self.parked = true;
+        self.logs.writer_parked();
+        true
     }
 
     /// Closes the writer for good, releasing the log's lock so the shape can be deleted.
@@ -111,8 +145,9 @@ impl ShapeWriter {
     fn take(&mut self) -> Option<Writer> {
         let writer = self.writer.take();
         if writer.is_some() {
-            self.logs.writer_closed();
+            self.logs.writer_closed(self.parked);
         }
+        self.parked = false;
         writer
     }
 }

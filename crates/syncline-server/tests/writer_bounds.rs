@@ -1,0 +1,130 @@
+//! More shapes written than the server keeps writers open or parked for: writers are parked
+//! and closed past their bounds and resumed or reopened by the next change, and every shape
+//! still ends up holding exactly what Postgres holds.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{fixture_with, Fixture};
+use serde_json::Value;
+
+const SHAPES: i32 = 10;
+const OPEN_MAX: usize = 2;
+const PARKED_MAX: usize = 3;
+
+/// Applies change messages to rows keyed by id: the `v` column, as inserts and updates set it.
+fn apply(rows: &mut BTreeMap<i64, String>, changes: &[Value]) {
+    for c in changes {
+        let value = &c["value"];
+        let id: i64 = value["id"].as_str().unwrap().parse().unwrap();
+        match c["headers"]["operation"].as_str().unwrap() {
+            "delete" => {
+                rows.remove(&id);
+            }
+            _ => {
+                if let Some(v) = value["v"].as_str() {
+                    rows.insert(id, v.to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// Follows the shape from `offset` until what it holds equals `g`'s rows in Postgres.
+async fn catch_up(
+    f: &Fixture,
+    query: &str,
+    handle: &str,
+    mut offset: String,
+    rows: &mut BTreeMap<i64, String>,
+    g: i32,
+) {
+    let expected: BTreeMap<i64, String> = f
+        .db
+        .query("SELECT id, v FROM items WHERE g = $1", &[&g])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (i64::from(r.get::<_, i32>(0)), r.get(1)))
+        .collect();
+    let started = Instant::now();
+    loop {
+        let reply = f
+            .get(&format!("{query}&offset={offset}&handle={handle}"))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let changes: Vec<Value> = reply.changes().into_iter().cloned().collect();
+        apply(rows, &changes);
+        offset = reply.header("electric-offset").unwrap().to_owned();
+        if *rows == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "shape g = {g} never caught up: {rows:?} against {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
+    let f = fixture_with(
+        &format!(
+            "CREATE TABLE items (id int PRIMARY KEY, g int NOT NULL, v text NOT NULL);
+             INSERT INTO items SELECT i, i % {SHAPES} + 1, 'initial' FROM generate_series(1, 40) i;"
+        ),
+        |config| {
+            config.open_logs_max = Some(OPEN_MAX);
+            config.parked_logs_max = Some(PARKED_MAX);
+        },
+    )
+    .await;
+    let mut shapes = Vec::new();
+    for g in 1..=SHAPES {
+        let query = format!("table=items&where=g%20%3D%20{g}");
+        let (handle, offset, changes) = f.sync(&query).await;
+        let mut rows = BTreeMap::new();
+        apply(&mut rows, &changes);
+        shapes.push((g, query, handle, offset, rows));
+    }
+    for round in 1..=4 {
+        // One transaction reaching every shape, then one per shape in turn.
+        f.db.execute(&format!("UPDATE items SET v = 'round {round}'"), &[])
+            .await
+            .unwrap();
+        for g in 1..=SHAPES {
+            f.db.execute(
+                "INSERT INTO items VALUES ($1, $2, 'new')",
+                &[&(1000 * round + g), &g],
+            )
+            .await
+            .unwrap();
+        }
+        f.db.execute(
+            &format!("DELETE FROM items WHERE id = {}", 1000 * round + round),
+            &[],
+        )
+        .await
+        .unwrap();
+    }
+    for (g, query, handle, offset, rows) in &mut shapes {
+        catch_up(&f, query, handle, offset.clone(), rows, *g).await;
+    }
+    let started = Instant::now();
+    let (open, parked) = loop {
+        let (open, parked) = f.server.state.shapes.writers();
+        if (open <= OPEN_MAX && parked <= PARKED_MAX) || started.elapsed() > Duration::from_secs(10)
+        {
+            break (open, parked);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        open <= OPEN_MAX && parked <= PARKED_MAX,
+        "{open} writers open and {parked} parked, past the bounds"
+    );
+    assert!(parked > 0, "idle writers are parked before they are closed");
+}
