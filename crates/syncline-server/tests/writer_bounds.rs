@@ -41,14 +41,13 @@ async fn catch_up(
     rows: &mut BTreeMap<i64, String>,
     g: i32,
 ) {
-    let expected: BTreeMap<i64, String> = f
-        .db
-        .query("SELECT id, v FROM items WHERE g = $1", &[&g])
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (i64::from(r.get::<_, i32>(0)), r.get(1)))
-        .collect();
+    let expected: BTreeMap<i64, String> =
+        f.db.query("SELECT id, v FROM items WHERE g = $1", &[&g])
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (i64::from(r.get::<_, i32>(0)), r.get(1)))
+            .collect();
     let started = Instant::now();
     loop {
         let reply = f

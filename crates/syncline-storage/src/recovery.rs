@@ -159,6 +159,7 @@ fn writer(
         snapshot_done,
         dir_dirty: false,
         poisoned: false,
+        parked_index: None,
         group: None,
     }
 }
@@ -322,6 +323,13 @@ fn reopen_clean(
 
 /// Reads the header and takes the shape's exclusive writer lock.
 pub(crate) fn lock_shape(dir: &Path, shape: &str) -> Result<(File, ShapeMeta)> {
+    let file = lock_only(dir, shape)?;
+    let meta = read_meta(&dir.join(META_FILE))?;
+    Ok((file, meta))
+}
+
+/// Takes the shape's exclusive writer lock: `shape.meta`, open and locked.
+pub(crate) fn lock_only(dir: &Path, shape: &str) -> Result<File> {
     let path = dir.join(META_FILE);
     let file = match OpenOptions::new().read(true).write(true).open(&path) {
         Ok(f) => f,
@@ -333,8 +341,7 @@ pub(crate) fn lock_shape(dir: &Path, shape: &str) -> Result<(File, ShapeMeta)> {
     if !try_lock(&file).map_err(io_err(&path))? {
         return Err(StorageError::WriterBusy(shape.into()));
     }
-    let meta = read_meta(&path)?;
-    Ok((file, meta))
+    Ok(file)
 }
 
 /// Reads and checks a shape header.

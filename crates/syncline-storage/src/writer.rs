@@ -1,6 +1,7 @@
 //! The single writer of a shape log: buffered appends, commits, batched durable flushes.
 
 use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -13,12 +14,11 @@ use crate::format::{
     FLAG_SNAPSHOT_DONE,
 };
 use crate::group_journal::GroupJournal;
-use crate::index::decode_entries;
 use crate::io::{run_concurrently, Io};
 use crate::lazy_file::LazyFile;
 use crate::message::Message;
 use crate::num::to_u64;
-use crate::recovery::lock_shape;
+use crate::recovery::lock_only;
 use crate::KEY_BYTES_MAX;
 
 /// Appends to one shape log. Only one exists per shape at a time, across processes (it holds an
@@ -58,6 +58,8 @@ pub struct Writer {
     /// Whether files were created since the directory was last synced.
     pub(crate) dir_dirty: bool,
     pub(crate) poisoned: bool,
+    /// What the index file was when the writer parked ([`file_identity`]); none unless parked.
+    pub(crate) parked_index: Option<FileIdentity>,
     /// The group journal of the store that opened the writer (none for a writer of a store
     /// opened otherwise, e.g. in tests of recovery alone).
     pub(crate) group: Option<Arc<GroupJournal>>,
@@ -254,6 +256,10 @@ impl Writer {
             self.closed_pending.is_empty() && self.closed_committed.is_empty(),
             "a flush with no transaction open indexes every closed chunk"
         );
+        match file_identity(self.index.path()) {
+            Ok(identity) => self.parked_index = Some(identity),
+            Err(_) => return false,
+        }
         self.tail.release();
         self.index.release();
         self.lock = None;
@@ -272,14 +278,13 @@ impl Writer {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let (lock, _) = lock_shape(&self.dir, &shape)?;
-        let index_path = self.index.path();
-        let index = fs::read(index_path).map_err(io_err(index_path))?;
-        let same_index = index.len() == self.indexed.len() * ENTRY_BYTES
-            && decode_entries(&index, None) == self.indexed;
+        let lock = lock_only(&self.dir, &shape)?;
+        let same_index = self.parked_index.is_some()
+            && self.parked_index == Some(file_identity(self.index.path())?);
         if !same_index || !self.tail.unchanged_since_release()? {
             return Err(StorageError::Changed(shape));
         }
+        self.parked_index = None;
         self.lock = Some(lock);
         Ok(())
     }
@@ -410,6 +415,16 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// A file's inode, size and change time: any write, cut or replacement (a rename over it)
+/// changes at least one of them.
+pub(crate) type FileIdentity = (u64, u64, u64, i64, i64);
+
+/// The [`FileIdentity`] of the file at `path`, read without opening it.
+fn file_identity(path: &Path) -> Result<FileIdentity> {
+    let m = fs::metadata(path).map_err(io_err(path))?;
+    Ok((m.dev(), m.ino(), m.len(), m.ctime(), m.ctime_nsec()))
 }
 
 /// Logs flushed together from this many on through the group journal (or with concurrent

@@ -133,3 +133,23 @@ fn writers_parked_after_a_group_flush_flush_together_again() {
         assert_eq!(lines, lines_of(&committed));
     }
 }
+
+/// A compaction by another writer replaces only the index and closed chunks: the index's
+/// identity tells.
+#[test]
+fn a_parked_writer_refuses_a_log_another_writer_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    for t in 1..=30 {
+        write_txn(&mut w, t);
+    }
+    w.close().unwrap();
+    let mut w = store.open_writer("s", &small_chunks()).unwrap();
+    assert!(w.park());
+    let mut other = store.open_writer("s", &small_chunks()).unwrap();
+    let stats = other.compact(1, &mut |_, newer| newer.to_vec()).unwrap();
+    assert!(stats.chunks_rewritten > 0, "{stats:?}");
+    other.close().unwrap();
+    assert!(matches!(w.flush(), Err(StorageError::Changed(_))));
+}
