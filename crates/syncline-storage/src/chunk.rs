@@ -55,6 +55,11 @@ struct Journal {
     /// The file's size: frames are written into this (sparse) space, so that a sync after a
     /// small write rarely has to commit a size change.
     allocated: u64,
+    /// The frames since the last sync (`synced_len..len`), for the group journal.
+    unsynced: Vec<u8>,
+    /// Whether some of those frames were not written to the file (the group journal takes
+    /// them instead).
+    deferred: bool,
 }
 
 /// What a log journal's frames since its last sync need from the group journal to be durable
@@ -111,6 +116,8 @@ impl Journal {
             len,
             synced_len: len,
             allocated: JOURNAL_ALLOCATE_BYTES,
+            unsynced: Vec::new(),
+            deferred: false,
         }
     }
 
@@ -124,35 +131,46 @@ impl Journal {
             len: close_at,
             synced_len: close_at,
             allocated: close_at + to_u64(CLOSE_RECORD_BYTES),
+            unsynced: Vec::new(),
+            deferred: false,
         }
     }
 
-    /// The frames written since the last sync, read back from the file.
-    fn unsynced_write(&self) -> Result<JournalWrite<'_>> {
-        let mut bytes = vec![0u8; crate::num::to_usize(self.len - self.synced_len)];
-        self.file
-            .get()?
-            .read_exact_at(&mut bytes, self.synced_len)
-            .map_err(io_err(self.file.path()))?;
-        Ok(JournalWrite {
+    /// The frames since the last sync, for the group journal.
+    fn unsynced_write(&self) -> JournalWrite<'_> {
+        JournalWrite {
             path: self.file.path(),
             id: self.id,
             at: self.synced_len,
             file_len: self.allocated,
-            bytes,
-        })
+            bytes: self.unsynced.clone(),
+        }
     }
 
-    /// Appends a frame, first extending the file's size by whole steps if it would not fit.
-    fn append(&mut self, io: &Io, frame: &[u8]) -> Result<()> {
+    /// Appends a frame, first extending the file's size by whole steps if it would not fit;
+    /// the frame is written to the file unless `defer` (the group journal then makes it
+    /// durable and writes it there later).
+    fn append(&mut self, io: &Io, frame: &[u8], defer: bool) -> Result<()> {
         let end = self.len + to_u64(frame.len());
         if end > self.allocated {
             self.allocated = end.next_multiple_of(JOURNAL_ALLOCATE_BYTES);
             io.set_len(self.file.get()?, self.file.path(), self.allocated)?;
         }
-        io.write_at(self.file.get()?, self.file.path(), self.len, frame)?;
+        if !defer {
+            io.write_at(self.file.get()?, self.file.path(), self.len, frame)?;
+        }
+        self.unsynced.extend_from_slice(frame);
+        self.deferred |= defer;
         self.len = end;
         Ok(())
+    }
+
+    /// Every frame so far is durable.
+    fn synced(&mut self) {
+        self.synced_len = self.len;
+        self.unsynced.clear();
+        self.unsynced.shrink_to(BUFFER_KEPT_BYTES_MAX);
+        self.deferred = false;
     }
 }
 
@@ -384,8 +402,9 @@ impl OpenChunk {
     }
 
     /// Writes the buffers to the chunk files (JSON and keys before the records that point into
-    /// them), then the same bytes as one frame to the journal. Nothing is synced.
-    pub fn write_out(&mut self, io: &Io) -> Result<()> {
+    /// them), then the same bytes as one frame to the journal, or only to memory if
+    /// `defer_journal` (for the group journal, [`OpenChunk::journal_write`]). Nothing is synced.
+    pub fn write_out(&mut self, io: &Io, defer_journal: bool) -> Result<()> {
         if self.buffered_bytes() == 0 {
             return Ok(());
         }
@@ -426,7 +445,7 @@ impl OpenChunk {
         self.json.write_out(io)?;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
-        self.journal.append(io, &frame)?;
+        self.journal.append(io, &frame, defer_journal)?;
         self.in_place_unsynced |= in_place;
         self.files_unsynced = true;
         self.journal_unsynced = true;
@@ -436,7 +455,7 @@ impl OpenChunk {
     /// Writes the buffers and makes them durable with one `fdatasync` of the journal, and of
     /// the chunk files if written in place since the last sync (all started together).
     pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
-        self.write_out(io)?;
+        self.write_out(io, false)?;
         self.sync(io, self.in_place_unsynced)
     }
 
@@ -444,7 +463,7 @@ impl OpenChunk {
     /// closes: its files must be durable before its index entry, and its journal must describe
     /// all of it while it is not yet indexed (recovery then treats it as the tail).
     pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
-        self.write_out(io)?;
+        self.write_out(io, false)?;
         self.sync(io, true)
     }
 
@@ -472,11 +491,8 @@ impl OpenChunk {
 
     /// The journal's frames written since its last sync, for the group journal to make
     /// durable instead of the journal's own sync; `None` if there are none.
-    pub fn journal_write(&self) -> Result<Option<JournalWrite<'_>>> {
-        if !self.journal_unsynced {
-            return Ok(None);
-        }
-        self.journal.unsynced_write().map(Some)
+    pub fn journal_write(&self) -> Option<JournalWrite<'_>> {
+        self.journal_unsynced.then(|| self.journal.unsynced_write())
     }
 
     /// Records that the files of [`OpenChunk::files_to_sync`] were synced by the caller after
@@ -490,6 +506,10 @@ impl OpenChunk {
     /// Syncs the journal if it was written and the chunk files if `chunk_files` (all started
     /// together), and starts a new sync interval.
     fn sync(&mut self, io: &Io, chunk_files: bool) -> Result<()> {
+        assert!(
+            !self.journal.deferred,
+            "frames only the group journal holds are made durable by it"
+        );
         io.sync_data_all(&self.unsynced_files(chunk_files, true)?)?;
         self.mark_synced(chunk_files);
         Ok(())
@@ -498,7 +518,7 @@ impl OpenChunk {
     /// Starts a new sync interval once the journal, and the chunk files if `chunk_files`, are
     /// synced.
     fn mark_synced(&mut self, chunk_files: bool) {
-        self.journal.synced_len = self.journal.len;
+        self.journal.synced();
         self.in_place_unsynced = false;
         self.files_unsynced &= !chunk_files;
         self.journal_unsynced = false;

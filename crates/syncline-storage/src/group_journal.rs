@@ -1,15 +1,19 @@
 //! The group journal: one file per writable store through which a group flush makes the new
 //! frames of many logs' journals durable with a single `fdatasync`, instead of one per log.
 //!
-//! Each entry is a copy of bytes just written to a log's journal (not synced). Replaying an
-//! entry writes the same bytes to the same place, so a replay (at [`replay`], when the store
-//! opens for writing) leaves every log journal as its own sync would have. Entries name their
-//! journal by path and id, and a journal's bytes at a position never change while it lives,
-//! so replaying any entry, however old, is harmless. Once the file holds its bound
-//! ([`GROUP_JOURNAL_BYTES_MAX_DEFAULT`] unless set), a checkpoint syncs every log journal it
-//! covers and starts writing it again from the start, in a new epoch.
+//! Each entry holds frames of a log's journal that a group flush made durable here instead of
+//! in the log journal: the writer does not write them to its journal at all (the file keeps a
+//! hole there). Applying an entry writes its bytes to their place in the log journal, so
+//! applying every entry (at [`replay`], when the store opens for writing; at a checkpoint; and
+//! for one shape before its recovery reads its journal, [`GroupJournal::apply_shape`]) leaves
+//! every log journal as its own write and sync would have. Entries name their journal by path
+//! and id, and a journal's bytes at a position never change while it lives, so applying any
+//! entry, however old, is harmless. Once the file holds its bound
+//! ([`GROUP_JOURNAL_BYTES_MAX_DEFAULT`] unless set), a checkpoint applies its entries, syncs
+//! the log journals they reached and starts writing the file again from the start, in a new
+//! epoch.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
@@ -49,8 +53,6 @@ struct Active {
     end: u64,
     /// The file's (sparse) size.
     allocated: u64,
-    /// Log journals with entries in this epoch: a checkpoint syncs them.
-    covered: HashSet<PathBuf>,
 }
 
 impl GroupJournal {
@@ -110,8 +112,6 @@ impl GroupJournal {
         a.io.write_at(&a.file, &a.path, a.end, &buf)?;
         a.io.sync_data(&a.file, &a.path)?;
         a.end = end;
-        a.covered
-            .extend(writes.iter().map(|w| w.path.to_path_buf()));
         if a.end >= self.bytes_max {
             a.checkpoint()?;
         }
@@ -144,37 +144,92 @@ impl Active {
             epoch: 1,
             end: 0,
             allocated: JOURNAL_ALLOCATE_BYTES,
-            covered: HashSet::new(),
         })
     }
 
-    /// Syncs every log journal this epoch covers (a removed one needs nothing), then starts a
-    /// new epoch at the start of the file. After a failure the epoch goes on, so that every
-    /// entry stays replayable.
+    /// The entries of the current epoch, read back from the file.
+    fn entries(&self) -> Result<Vec<GroupEntry>> {
+        let mut bytes = vec![0u8; crate::num::to_usize(self.end)];
+        self.file
+            .read_exact_at(&mut bytes, 0)
+            .map_err(io_err(&self.path))?;
+        Ok(epoch_entries(&bytes))
+    }
+
+    /// Applies every entry of this epoch to its log journal and syncs those journals, then
+    /// starts a new epoch at the start of the file. After a failure the epoch goes on, so that
+    /// every entry stays replayable.
     fn checkpoint(&mut self) -> Result<()> {
-        let paths: Vec<&PathBuf> = self.covered.iter().collect();
-        let failure = Mutex::new(None);
-        run_concurrently(paths.len(), |i| {
-            if let Err(e) = sync_if_present(&self.io, paths[i]) {
-                *failure.lock().expect("failure lock") = Some(e);
-            }
-        });
-        if let Some(e) = failure.into_inner().expect("failure lock") {
-            return Err(e);
-        }
-        self.covered.clear();
+        let touched = apply_all(&self.io, &self.root(), self.entries()?)?;
+        sync_all(&self.io, &touched)?;
         self.epoch += 1;
         self.end = 0;
         Ok(())
     }
+
+    /// The store root the file lies in.
+    fn root(&self) -> PathBuf {
+        self.path
+            .parent()
+            .expect("a group journal lies in its store")
+            .to_path_buf()
+    }
 }
 
-/// `fdatasync` of the file at `path`, unless it no longer exists.
-fn sync_if_present(io: &Io, path: &Path) -> Result<()> {
-    match File::open(path) {
-        Ok(file) => io.sync_data(&file, path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err(path)(e)),
+impl GroupJournal {
+    /// Applies this epoch's entries for the journals of `shape` and syncs those journals, so
+    /// that its recovery, which reads them, finds every frame made durable here.
+    pub fn apply_shape(&self, shape: &str) -> Result<()> {
+        let active = self.active.lock().expect("group journal lock");
+        let Some(a) = active.as_ref() else {
+            return Ok(());
+        };
+        let prefix = format!("{shape}/");
+        let entries: Vec<GroupEntry> = a
+            .entries()?
+            .into_iter()
+            .filter(|e| e.path.starts_with(&prefix))
+            .collect();
+        let touched = apply_all(&a.io, &self.root, entries)?;
+        sync_all(&a.io, &touched)
+    }
+}
+
+/// The intact entries at the start of `bytes` that share the first one's epoch.
+fn epoch_entries(bytes: &[u8]) -> Vec<GroupEntry> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while let Some((entry, len)) = bytes.get(at..).and_then(GroupEntry::decode) {
+        if entries
+            .first()
+            .is_some_and(|first: &GroupEntry| first.epoch != entry.epoch)
+        {
+            break;
+        }
+        entries.push(entry);
+        at += len;
+    }
+    entries
+}
+
+/// `fdatasync` of every file of `paths` at once, each opened by path (a file removed since
+/// needs nothing: an indexed chunk's journal is removed once its files are synced).
+fn sync_all(io: &Io, paths: &HashSet<PathBuf>) -> Result<()> {
+    let paths: Vec<&PathBuf> = paths.iter().collect();
+    let failure = Mutex::new(None);
+    run_concurrently(paths.len(), |i| {
+        let result = match File::open(paths[i]) {
+            Ok(file) => io.sync_data(&file, paths[i]),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(paths[i])(e)),
+        };
+        if let Err(e) = result {
+            *failure.lock().expect("failure lock") = Some(e);
+        }
+    });
+    match failure.into_inner().expect("failure lock") {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 
@@ -200,18 +255,7 @@ pub(crate) fn replay(root: &Path) -> Result<()> {
             continue;
         }
         let bytes = fs::read(&path).map_err(io_err(&path))?;
-        let mut touched = HashSet::new();
-        let mut at = 0;
-        let mut epoch = None;
-        while let Some((entry, len)) = bytes.get(at..).and_then(GroupEntry::decode) {
-            if *epoch.get_or_insert(entry.epoch) != entry.epoch {
-                break;
-            }
-            if let Some(journal) = apply(&io, root, &entry)? {
-                touched.insert(journal);
-            }
-            at += len;
-        }
+        let touched = apply_all(&io, root, epoch_entries(&bytes))?;
         for journal in &touched {
             io.sync_data(&File::open(journal).map_err(io_err(journal))?, journal)?;
         }
@@ -224,10 +268,36 @@ pub(crate) fn replay(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes one entry's bytes back into its log journal, if that journal still exists with the
-/// entry's id; returns the journal's path then.
-fn apply(io: &Io, root: &Path, entry: &GroupEntry) -> Result<Option<PathBuf>> {
-    let relative = Path::new(&entry.path);
+/// Writes every entry's bytes into its log journal, if that journal still exists with the
+/// entry's id (and restores the journal's size); entries of one journal are written in
+/// position order, adjacent ones in one write. Returns the journals written.
+fn apply_all(io: &Io, root: &Path, entries: Vec<GroupEntry>) -> Result<HashSet<PathBuf>> {
+    let mut by_journal: HashMap<String, Vec<GroupEntry>> = HashMap::new();
+    for entry in entries {
+        by_journal
+            .entry(entry.path.clone())
+            .or_default()
+            .push(entry);
+    }
+    let mut touched = HashSet::new();
+    for (relative, mut entries) in by_journal {
+        entries.sort_by_key(|e| e.at);
+        if let Some(journal) = apply_journal(io, root, &relative, &entries)? {
+            touched.insert(journal);
+        }
+    }
+    Ok(touched)
+}
+
+/// Writes `entries` (sorted by position) into the log journal at `relative`, those with its
+/// id; returns the journal's path if it still exists.
+fn apply_journal(
+    io: &Io,
+    root: &Path,
+    relative: &str,
+    entries: &[GroupEntry],
+) -> Result<Option<PathBuf>> {
+    let relative = Path::new(relative);
     let names: Vec<&str> = relative
         .components()
         .map(|c| match c {
@@ -249,15 +319,35 @@ fn apply(io: &Io, root: &Path, entry: &GroupEntry) -> Result<Option<PathBuf>> {
         Err(e) => return Err(io_err(&path)(e)),
     };
     let mut head = [0u8; JOURNAL_HEADER_BYTES];
-    let same = file.read_exact_at(&mut head, 0).is_ok()
-        && JournalHeader::decode(&head).is_some_and(|h| h.id == entry.journal_id);
-    if !same {
+    let id = (file.read_exact_at(&mut head, 0).is_ok())
+        .then(|| JournalHeader::decode(&head).map(|h| h.id))
+        .flatten();
+    let Some(id) = id else {
         return Ok(None);
+    };
+    let mut run: Option<(u64, Vec<u8>)> = None;
+    let mut file_len = 0;
+    for e in entries.iter().filter(|e| e.journal_id == id) {
+        file_len = file_len.max(e.file_len);
+        match &mut run {
+            Some((at, bytes)) if *at + to_u64(bytes.len()) == e.at => {
+                bytes.extend_from_slice(&e.bytes);
+            }
+            _ => {
+                if let Some((at, bytes)) = run.take() {
+                    io.write_at(&file, &path, at, &bytes)?;
+                }
+                run = Some((e.at, e.bytes.clone()));
+            }
+        }
     }
-    io.write_at(&file, &path, entry.at, &entry.bytes)?;
+    let Some((at, bytes)) = run else {
+        return Ok(None);
+    };
+    io.write_at(&file, &path, at, &bytes)?;
     let len = file.metadata().map_err(io_err(&path))?.len();
-    if len < entry.file_len {
-        io.set_len(&file, &path, entry.file_len)?;
+    if len < file_len {
+        io.set_len(&file, &path, file_len)?;
     }
     Ok(Some(path))
 }

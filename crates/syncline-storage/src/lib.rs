@@ -6,8 +6,8 @@
 //! sparse index of fixed-width entries; the chunks not yet indexed are made durable through a
 //! journal, so a small flush costs one `fdatasync` (a large one also syncs the chunk files it
 //! wrote in place, rather than writing its bytes twice), and [`flush_all`] makes many logs
-//! durable with one `fdatasync` of the store's group journal, into which their journals' new
-//! frames are copied. One [`Writer`] per shape appends, commits and flushes in batches, and
+//! durable with one `fdatasync` of the store's group journal, to which their journals' new
+//! frames are written instead (a checkpoint writes them to the log journals later). One [`Writer`] per shape appends, commits and flushes in batches, and
 //! closes so that reopening it skips recovery; any number of [`Reader`]s, in any process, read
 //! through the files alone and hold no descriptor between reads, so idle shapes cost no open
 //! files. `docs/storage-format.md` specifies the layout, the

@@ -47,8 +47,14 @@ struct Clean {
 type Opened = (OpenChunk, Option<LogOffset>, bool);
 
 /// Opens the shape in `dir` for writing: resumes it as a clean close left it, or else recovers
-/// it (see "Recovery" in the format doc).
-pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> Result<Writer> {
+/// it (see "Recovery" in the format doc), first running `before_recovery` (which writes into
+/// the shape's journals the frames only the live group journal holds).
+pub(crate) fn open_writer(
+    dir: &Path,
+    shape: &str,
+    options: &WriterOptions,
+    before_recovery: impl FnOnce() -> Result<()>,
+) -> Result<Writer> {
     let io = Io::new(options.fault_plan.clone());
     let (lock, meta) = lock_shape(dir, shape)?;
     let (index, index_path) = open_index(dir)?;
@@ -61,7 +67,10 @@ pub(crate) fn open_writer(dir: &Path, shape: &str, options: &WriterOptions) -> R
     };
     let opened = match clean {
         Some(clean) => reopen_clean(&io, dir, &indexed, clean, options.journal_bytes_max)?,
-        None => recover(&io, dir, &index, &indexed, options.journal_bytes_max)?,
+        None => {
+            before_recovery()?;
+            recover(&io, dir, &index, &indexed, options.journal_bytes_max)?
+        }
     };
     Ok(writer(
         dir,

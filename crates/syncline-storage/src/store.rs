@@ -161,7 +161,9 @@ impl Store {
     /// otherwise it runs recovery (see `docs/storage-format.md`).
     pub fn open_writer(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
         self.check_writable("opening a writer")?;
-        Ok(self.with_group(open_writer(&self.shape_dir(shape)?, shape, options)?))
+        let dir = self.shape_dir(shape)?;
+        let writer = open_writer(&dir, shape, options, || self.group.apply_shape(shape))?;
+        Ok(self.with_group(writer))
     }
 
     /// `writer`, flushed through this store's group journal in a group flush.

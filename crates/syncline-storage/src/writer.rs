@@ -100,7 +100,7 @@ impl Writer {
                 w.last_appended = Some(m.offset);
                 w.txn_open = true;
                 if w.tail.buffered_bytes() >= w.write_buffer_bytes_max {
-                    w.tail.write_out(&w.io)?;
+                    w.tail.write_out(&w.io, false)?;
                 }
             }
             Ok(())
@@ -167,11 +167,12 @@ impl Writer {
         })
     }
 
-    /// Writes everything buffered (not synced): the first of [`flush_all`]'s three steps.
+    /// Writes everything buffered (not synced; the journal's new frame only to memory if
+    /// `defer_journal`, for the group journal): the first of [`flush_all`]'s three steps.
     /// Returns the last committed offset, which the syncs that follow make durable.
-    fn write_unsynced(&mut self) -> Result<Option<LogOffset>> {
+    fn write_unsynced(&mut self, defer_journal: bool) -> Result<Option<LogOffset>> {
         self.guarded(|w| {
-            w.tail.write_out(&w.io)?;
+            w.tail.write_out(&w.io, defer_journal)?;
             Ok(w.last_committed)
         })
     }
@@ -443,8 +444,8 @@ pub enum GroupSync {
     EachLog,
     /// Every log's syncs issued together, from up to 64 threads.
     Concurrent,
-    /// Every log journal's new frames copied into the store's group journal, which one
-    /// `fdatasync` makes durable; other syncs (chunk files written in place, new directory
+    /// Every log journal's new frames written to the store's group journal instead of the log
+    /// journal (until a checkpoint), which one `fdatasync` makes durable; other syncs (chunk files written in place, new directory
     /// entries) issued together meanwhile. The writers must come from one [`crate::Store`].
     Journal,
 }
@@ -458,8 +459,8 @@ enum PendingSync<'a> {
 /// Flushes several logs, each as [`Writer::flush`] does, and returns each one's result in
 /// order. Except with [`GroupSync::EachLog`], every log's buffers are written first, then
 /// made durable together:
-/// - [`GroupSync::Journal`]: the new frames of every log's journal are copied into the
-///   store's group journal (see `docs/storage-format.md`) and made durable by its one
+/// - [`GroupSync::Journal`]: the new frames of every log's journal are written to the
+///   store's group journal instead (until its checkpoint writes them to the log journals) (see `docs/storage-format.md`) and made durable by its one
 ///   `fdatasync`, whatever the number of logs; the few other syncs (chunk files written in
 ///   place by a large write, new directory entries) run meanwhile, together;
 /// - [`GroupSync::Concurrent`]: every sync (`fdatasync` of each journal, and of chunk files
@@ -553,7 +554,7 @@ const WRITE_LOGS_PER_THREAD_MIN: usize = 128;
 struct Prepared<'a> {
     /// As [`Writer::write_unsynced`] returned.
     result: Result<Option<LogOffset>>,
-    /// A failure after the write (reading the journal's new frames back): the log fails.
+    /// A failure after the write (opening a file to sync): the log fails.
     failure: Option<StorageError>,
     /// The journal's new frames, for the group journal.
     journal: Option<JournalWrite<'a>>,
@@ -565,7 +566,7 @@ struct Prepared<'a> {
 /// Writes one log's buffers and gathers what it needs to become durable: through the group
 /// journal (`journaled`) or by its own syncs.
 fn prepare<'a>(writer: &'a mut Writer, journaled: bool) -> Prepared<'a> {
-    let result = writer.write_unsynced();
+    let result = writer.write_unsynced(journaled);
     let writer: &'a Writer = writer;
     let mut prepared = Prepared {
         failure: None,
@@ -578,13 +579,7 @@ fn prepare<'a>(writer: &'a mut Writer, journaled: bool) -> Prepared<'a> {
         return prepared;
     }
     if journaled {
-        match writer.tail.journal_write() {
-            Ok(write) => prepared.journal = write,
-            Err(e) => {
-                prepared.failure = Some(e);
-                return prepared;
-            }
-        }
+        prepared.journal = writer.tail.journal_write();
     }
     match writer.pending_syncs(!journaled) {
         Ok(syncs) => prepared.syncs = syncs,

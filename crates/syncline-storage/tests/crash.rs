@@ -197,7 +197,8 @@ const GROUP_JOURNAL_BYTES_MAX: u64 = 8_000;
 /// [`GROUP_LOGS`] shapes at once, flushed together by [`flush_all`] with `sync`
 /// every other transaction, until it ends or fails; `durable` holds the last transaction
 /// reported durable in every shape. After [`GROUP_CLOSE_AFTER_TXN`] it closes the first
-/// shape's writer and reopens it (the group journal then holds frames of a closed journal);
+/// shape's writer and reopens it (the group journal then holds frames of a closed journal),
+/// after [`GROUP_DROP_AFTER_TXN`] it drops the second shape's writer and reopens it (recovery);
 /// after every other flush it parks the last shape's writer.
 fn run_group_workload(
     sync: GroupSync,
@@ -227,6 +228,18 @@ fn run_group_workload(
                 assert!(writers[GROUP_LOGS - 1].park(), "an idle writer parks");
             }
         }
+        if t == GROUP_DROP_AFTER_TXN {
+            // Dropped without a close: the reopen recovers from the journal, whose frames
+            // since the last checkpoint only the group journal holds.
+            drop(writers.remove(1));
+            let w = store.open_writer("group-1", &options(Some(plan.clone())))?;
+            assert_eq!(
+                w.durable_offset(),
+                msgs.last().map(|m| m.offset),
+                "recovery finds every transaction the group journal made durable"
+            );
+            writers.insert(1, w);
+        }
         if t == GROUP_CLOSE_AFTER_TXN {
             let first = writers.remove(0);
             first.close()?;
@@ -239,6 +252,8 @@ fn run_group_workload(
     Ok(())
 }
 
+/// The transaction after which the group-flush workload drops a writer and reopens it.
+const GROUP_DROP_AFTER_TXN: u64 = 2;
 /// The transaction after which the group-flush workload closes and reopens a writer.
 const GROUP_CLOSE_AFTER_TXN: u64 = 4;
 
