@@ -59,7 +59,7 @@ impl Pipeline {
         }
         let table = self.tables.get_mut(&oid).expect("the slot's table");
         let slot = table.slots.get_mut(&id).expect("the slot");
-        slot.subquery = Some(sq);
+        slot.subquery = Some(Box::new(sq));
         table.unrouted.insert(id);
     }
 

@@ -348,7 +348,11 @@ impl Pipeline {
 
     fn slot_mut(&mut self, handle: &str) -> Option<&mut Slot> {
         let (oid, id) = *self.by_handle.get(handle)?;
-        self.tables.get_mut(&oid)?.slots.get_mut(&id)
+        self.tables
+            .get_mut(&oid)?
+            .slots
+            .get_mut(&id)
+            .map(|slot| &mut **slot)
     }
 
     /// Adds a shape restored from disk (its snapshot is in its log), before [`Pipeline::run`].
@@ -358,11 +362,11 @@ impl Pipeline {
 
     fn add_shape(&mut self, shape: Arc<Shape>, feed: Feed, restored: bool) {
         let oid = shape.definition.relation_oid;
-        let relation = shape.relation.clone();
+        let relation = &*shape.relation;
         if self
             .tables
             .get(&oid)
-            .is_some_and(|t| t.relation != relation)
+            .is_some_and(|t| t.relation != *relation)
         {
             self.rebuild_table(oid, relation.clone());
         }
@@ -412,7 +416,7 @@ impl Pipeline {
                 feed,
                 subquery,
                 ..
-            } = slot;
+            } = *slot;
             match slot_for(shape.clone(), &table.relation, feed) {
                 Some(mut slot) => {
                     let unrouted = old.unrouted.contains(&id);
@@ -711,7 +715,7 @@ impl Pipeline {
                 .into_iter()
                 .filter_map(|(oid, id)| {
                     let slot = self.tables.get(&oid).and_then(|t| t.slots.get(&id))?;
-                    Some((oid, id, slot))
+                    Some((oid, id, &**slot))
                 })
                 .collect();
             let mut guards: Vec<_> = slots.iter().map(|s| s.2.shape.writer.lock()).collect();

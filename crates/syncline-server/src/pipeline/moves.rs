@@ -160,7 +160,7 @@ impl Pipeline {
             .slots
             .get_mut(&id)?
             .subquery
-            .as_mut()
+            .as_deref_mut()
     }
 
     /// Tuples of dependency `dep` appeared or disappeared in transaction `xid`: the shape

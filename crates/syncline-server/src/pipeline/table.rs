@@ -26,7 +26,7 @@ pub struct Slot {
     /// Which transactions reach its log, and when.
     pub feed: Feed,
     /// A subquery shape's value sets and what waits for them.
-    pub subquery: Option<Subq>,
+    pub subquery: Option<Box<Subq>>,
 }
 
 impl Slot {
@@ -109,7 +109,7 @@ pub struct Table {
     /// The router over the shapes' where clauses.
     pub router: Router,
     /// The shapes.
-    pub slots: HashMap<ShapeId, Slot>,
+    pub slots: HashMap<ShapeId, Box<Slot>>,
     /// Subquery shapes whose value sets are not known yet: every change is theirs.
     pub unrouted: HashSet<ShapeId>,
     /// The router over the subqueries that read this table (ids are the dependencies').
@@ -144,14 +144,14 @@ impl Table {
     /// Adds a shape.
     pub fn add(&mut self, id: ShapeId, slot: Slot) {
         self.router.add(id, slot.filter.as_ref());
-        self.slots.insert(id, slot);
+        self.slots.insert(id, Box::new(slot));
     }
 
     /// Removes a shape.
     pub fn remove(&mut self, id: ShapeId) -> Option<Slot> {
         self.router.remove(id);
         self.unrouted.remove(&id);
-        self.slots.remove(&id)
+        self.slots.remove(&id).map(|slot| *slot)
     }
 
     /// The stream described the table anew: recomputes the layout and returns the shapes it

@@ -60,7 +60,7 @@ pub struct Shape {
     /// Its definition.
     pub definition: ShapeDefinition,
     /// The table as it was when the shape was made.
-    pub relation: RelationDesc,
+    pub relation: Arc<RelationDesc>,
     /// Its log's writer (opened on first use).
     pub writer: SharedWriter,
     /// The table as it is now, as far as it still fits the shape (nullability may have
@@ -87,10 +87,11 @@ impl Shape {
         writer: SharedWriter,
         state: ShapeState,
     ) -> Shape {
+        let relation = Arc::new(relation);
         Shape {
             handle,
             definition,
-            current: Mutex::new(Arc::new(relation.clone())),
+            current: Mutex::new(relation.clone()),
             visibility: OnceLock::new(),
             relation,
             writer,

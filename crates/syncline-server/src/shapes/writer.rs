@@ -18,7 +18,8 @@ use super::logs::Logs;
 pub struct ShapeWriter {
     handle: String,
     logs: Arc<Logs>,
-    writer: Option<Writer>,
+    /// Boxed: an idle shape's closed writer then takes a pointer's room, not a writer's.
+    writer: Option<Box<Writer>>,
     /// The writer is parked ([`Writer::park`]), and counted so in [`Logs`].
     parked: bool,
     /// When it was last used, on the logs' clock.
@@ -42,7 +43,7 @@ impl SharedWriter {
             handle: handle.to_owned(),
             last_used: logs.tick(),
             logs,
-            writer,
+            writer: writer.map(Box::new),
             parked: false,
             retired: false,
         }))
@@ -61,7 +62,7 @@ impl ShapeWriter {
             return Err(StorageError::ShapeNotFound(self.handle.clone()));
         }
         if self.writer.is_none() {
-            self.writer = Some(self.logs.open_writer(&self.handle)?);
+            self.writer = Some(Box::new(self.logs.open_writer(&self.handle)?));
             self.logs.writer_opened(false);
         }
         self.last_used = self.logs.tick();
@@ -148,6 +149,6 @@ impl ShapeWriter {
             self.logs.writer_closed(self.parked);
         }
         self.parked = false;
-        writer
+        writer.map(|w| *w)
     }
 }
