@@ -53,6 +53,7 @@ mod num;
 mod options;
 mod reader;
 mod recovery;
+mod shape_lock;
 mod store;
 mod writer;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use syncline_core::LogOffset;
 
 use crate::chunk::{JournalStart, OpenChunk, TailState};
-use crate::error::{corrupt, io_err, Result, StorageError};
+use crate::error::{corrupt, io_err, Result};
 use crate::format::{
     chunk_path, journal_path, parse_chunk_name, parse_journal_name, ChunkEntry, ChunkFile,
     ChunkLens, CloseRecord, FrameHeader, JournalHeader, Record, ShapeMeta, CLOSE_RECORD_BYTES,
@@ -15,10 +15,11 @@ use crate::format::{
     JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES, META_BYTES, META_FILE, RECORD_BYTES,
 };
 use crate::index::decode_entries;
-use crate::io::{try_lock, Io};
+use crate::io::Io;
 use crate::lazy_file::LazyFile;
 use crate::num::{to_u64, to_usize};
 use crate::options::WriterOptions;
+use crate::shape_lock::lock_only;
 use crate::writer::Writer;
 
 /// What the scan of the tail chunk kept.
@@ -335,22 +336,6 @@ pub(crate) fn lock_shape(dir: &Path, shape: &str) -> Result<(File, ShapeMeta)> {
     let file = lock_only(dir, shape)?;
     let meta = read_meta(&dir.join(META_FILE))?;
     Ok((file, meta))
-}
-
-/// Takes the shape's exclusive writer lock: `shape.meta`, open and locked.
-pub(crate) fn lock_only(dir: &Path, shape: &str) -> Result<File> {
-    let path = dir.join(META_FILE);
-    let file = match OpenOptions::new().read(true).write(true).open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StorageError::ShapeNotFound(shape.into()))
-        }
-        Err(e) => return Err(io_err(&path)(e)),
-    };
-    if !try_lock(&file).map_err(io_err(&path))? {
-        return Err(StorageError::WriterBusy(shape.into()));
-    }
-    Ok(file)
 }
 
 /// Reads and checks a shape header.

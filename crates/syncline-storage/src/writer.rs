@@ -18,7 +18,7 @@ use crate::io::{run_concurrently, Io};
 use crate::lazy_file::LazyFile;
 use crate::message::Message;
 use crate::num::to_u64;
-use crate::recovery::lock_only;
+use crate::shape_lock::lock_only;
 use crate::KEY_BYTES_MAX;
 
 /// Appends to one shape log. Only one exists per shape at a time, across processes (it holds an
