@@ -32,6 +32,10 @@ use crate::num::to_u64;
 /// Bytes a group journal takes before a checkpoint starts it again, by default.
 pub const GROUP_JOURNAL_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
 
+/// A checkpoint reads back and applies the entries of whole flushes about an eighth of the
+/// file's bound at a time (a larger flush is one batch), so that its memory stays small.
+const APPLY_BATCHES: u64 = 8;
+
 /// The group journal of one writable store; its file is created at the first group flush.
 #[derive(Debug)]
 pub(crate) struct GroupJournal {
@@ -53,6 +57,8 @@ struct Active {
     end: u64,
     /// The file's (sparse) size.
     allocated: u64,
+    /// Where each flush's entries of this epoch end, in order.
+    flush_ends: Vec<u64>,
 }
 
 impl GroupJournal {
@@ -66,7 +72,13 @@ impl GroupJournal {
         }
     }
 
-    /// Makes `writes` (bytes just written to log journals, unsynced) durable with one write
+    /// Bytes of entries a checkpoint applies at a time.
+    fn batch_bytes(&self) -> u64 {
+        (self.bytes_max / APPLY_BATCHES).max(1)
+    }
+
+    /// Makes `writes` (log journals' frames since their last sync, which the group flush did
+    /// not write to them) durable with one write
     /// and one `fdatasync` of the group journal, creating its file with `io` on first use, and
     /// checkpoints once the file holds its bound. An error (of the write, the sync or the
     /// checkpoint) fails the flush of every log in `writes`.
@@ -112,8 +124,9 @@ impl GroupJournal {
         a.io.write_at(&a.file, &a.path, a.end, &buf)?;
         a.io.sync_data(&a.file, &a.path)?;
         a.end = end;
+        a.flush_ends.push(end);
         if a.end >= self.bytes_max {
-            a.checkpoint()?;
+            a.checkpoint(self.batch_bytes())?;
         }
         Ok(())
     }
@@ -144,26 +157,46 @@ impl Active {
             epoch: 1,
             end: 0,
             allocated: JOURNAL_ALLOCATE_BYTES,
+            flush_ends: Vec::new(),
         })
     }
 
-    /// The entries of the current epoch, read back from the file.
-    fn entries(&self) -> Result<Vec<GroupEntry>> {
-        let mut bytes = vec![0u8; crate::num::to_usize(self.end)];
-        self.file
-            .read_exact_at(&mut bytes, 0)
-            .map_err(io_err(&self.path))?;
-        Ok(epoch_entries(&bytes))
+    /// Applies the entries of the current epoch that `keep` keeps to their log journals,
+    /// reading the file back a batch of whole flushes at a time (about `batch_bytes` each),
+    /// and returns the journals written.
+    fn apply_entries(
+        &self,
+        batch_bytes: u64,
+        keep: impl Fn(&GroupEntry) -> bool,
+    ) -> Result<HashSet<PathBuf>> {
+        let root = self.root();
+        let mut touched = HashSet::new();
+        let mut start = 0;
+        for (i, &end) in self.flush_ends.iter().enumerate() {
+            let last = i + 1 == self.flush_ends.len();
+            if end - start < batch_bytes && !last {
+                continue;
+            }
+            let mut bytes = vec![0u8; crate::num::to_usize(end - start)];
+            self.file
+                .read_exact_at(&mut bytes, start)
+                .map_err(io_err(&self.path))?;
+            let entries = epoch_entries(&bytes).into_iter().filter(&keep).collect();
+            touched.extend(apply_all(&self.io, &root, entries)?);
+            start = end;
+        }
+        Ok(touched)
     }
 
     /// Applies every entry of this epoch to its log journal and syncs those journals, then
     /// starts a new epoch at the start of the file. After a failure the epoch goes on, so that
     /// every entry stays replayable.
-    fn checkpoint(&mut self) -> Result<()> {
-        let touched = apply_all(&self.io, &self.root(), self.entries()?)?;
+    fn checkpoint(&mut self, batch_bytes: u64) -> Result<()> {
+        let touched = self.apply_entries(batch_bytes, |_| true)?;
         sync_all(&self.io, &touched)?;
         self.epoch += 1;
         self.end = 0;
+        self.flush_ends.clear();
         Ok(())
     }
 
@@ -185,12 +218,7 @@ impl GroupJournal {
             return Ok(());
         };
         let prefix = format!("{shape}/");
-        let entries: Vec<GroupEntry> = a
-            .entries()?
-            .into_iter()
-            .filter(|e| e.path.starts_with(&prefix))
-            .collect();
-        let touched = apply_all(&a.io, &self.root, entries)?;
+        let touched = a.apply_entries(self.batch_bytes(), |e| e.path.starts_with(&prefix))?;
         sync_all(&a.io, &touched)
     }
 }
