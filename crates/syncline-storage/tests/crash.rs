@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use common::{committed_prefix, read_all, workload_txn, Owned};
 use syncline_storage::{
@@ -14,6 +14,17 @@ use syncline_storage::{
 };
 
 const SHAPE: &str = "crashy";
+
+/// Taken for writing while the SIGKILL test spawns its child. Until the child has started its
+/// program, it holds a copy of every descriptor of this process, the shape locks of writers
+/// included (a `flock` lasts while any copy is open), so a test that drops a writer and opens
+/// it again at that moment would find it busy. The other tests hold it for reading.
+static SPAWNING: RwLock<()> = RwLock::new(());
+
+/// Held by a test that drops writers and opens them again: no child is spawned meanwhile.
+fn no_spawn() -> RwLockReadGuard<'static, ()> {
+    SPAWNING.read().unwrap_or_else(PoisonError::into_inner)
+}
 /// Transactions the fault-injection workload writes.
 const WORKLOAD_TXNS: u64 = 16;
 /// Shapes the group-flush workload writes to.
@@ -141,6 +152,7 @@ fn committed_prefix_with_compaction(lines: &[Vec<u8>]) -> u64 {
 
 #[test]
 fn recovery_after_a_stop_at_every_write_boundary() {
+    let _no_spawn = no_spawn();
     let dir = tempfile::tempdir().unwrap();
     let counter = FaultPlan::unlimited();
     let mut durable = 0;
@@ -212,9 +224,12 @@ fn run_group_workload(
         .collect::<Result<Vec<_>>>()?;
     for t in 1..=GROUP_WORKLOAD_TXNS {
         let msgs = workload_txn(t);
-        for w in &mut writers {
+        for (i, w) in writers.iter_mut().enumerate() {
             for piece in msgs.chunks(3) {
                 w.append(&piece.iter().map(Owned::as_message).collect::<Vec<_>>())?;
+                if i == GROUP_CLOSE_FILES_LOG {
+                    w.close_files()?;
+                }
             }
             w.commit()?;
         }
@@ -252,6 +267,9 @@ fn run_group_workload(
     Ok(())
 }
 
+/// The shape whose writer the group-flush workload has close its files after every piece it
+/// appends (as the server does mid-transaction when a transaction reaches too many logs).
+const GROUP_CLOSE_FILES_LOG: usize = 2;
 /// The transaction after which the group-flush workload drops a writer and reopens it.
 const GROUP_DROP_AFTER_TXN: u64 = 2;
 /// The transaction after which the group-flush workload closes and reopens a writer.
@@ -259,6 +277,7 @@ const GROUP_CLOSE_AFTER_TXN: u64 = 4;
 
 #[test]
 fn group_flush_recovery_after_a_stop_at_every_write_boundary() {
+    let _no_spawn = no_spawn();
     for sync in [GroupSync::Concurrent, GroupSync::Journal] {
         let dir = tempfile::tempdir().unwrap();
         let workload =
@@ -313,6 +332,7 @@ fn sigkill_child_writer() {
 fn a_writer_killed_mid_stream_recovers_a_committed_prefix() {
     for round in 0..3u64 {
         let dir = tempfile::tempdir().unwrap();
+        let spawning = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -325,6 +345,7 @@ fn a_writer_killed_mid_stream_recovers_a_committed_prefix() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        drop(spawning);
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut durable = 0;
         let mut reader = None;
@@ -370,6 +391,7 @@ fn a_writer_killed_mid_stream_recovers_a_committed_prefix() {
 /// transactions.
 #[test]
 fn a_torn_index_append_never_exposes_part_of_a_transaction() {
+    let _no_spawn = no_spawn();
     let dir = tempfile::tempdir().unwrap();
     let small = |plan| WriterOptions {
         chunk_bytes_max: 300,
@@ -417,6 +439,7 @@ fn a_torn_index_append_never_exposes_part_of_a_transaction() {
 /// journal replay like any other damaged frame, however large the lengths.
 #[test]
 fn a_frame_header_with_huge_lengths_ends_the_replay() {
+    let _no_spawn = no_spawn();
     use std::os::unix::fs::FileExt;
     for (flags, lens) in [
         (3u32, [u64::MAX, 0, 0]),
@@ -464,6 +487,7 @@ fn a_frame_header_with_huge_lengths_ends_the_replay() {
 /// durable transaction.
 #[test]
 fn a_close_record_at_the_end_of_allocated_space_is_not_trusted() {
+    let _no_spawn = no_spawn();
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
@@ -538,6 +562,7 @@ fn journaled_first_txn(store: &Store, opts: &WriterOptions, shapes: &[String]) -
 /// made durable by its own sync.
 #[test]
 fn group_journal_entries_stay_with_their_journal() {
+    let _no_spawn = no_spawn();
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::unlimited();
     let opts = options(Some(plan.clone()));
@@ -566,6 +591,7 @@ fn group_journal_entries_stay_with_their_journal() {
 /// them durable: after a power cut that loses everything unsynced, each recovers its commit.
 #[test]
 fn a_large_group_flush_survives_a_power_cut_in_every_log() {
+    let _no_spawn = no_spawn();
     const LOGS: usize = 300;
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::unlimited();
