@@ -567,12 +567,17 @@ impl OpenChunk {
     }
 
     /// Closes the chunk's four files and frees its buffers, once everything is written out
-    /// and synced (by the journal's own sync or the group journal's); any later use opens the
-    /// files again.
+    /// (what is not synced yet stays to be synced, and the journal's frames since its last
+    /// sync stay in memory for the group journal); any later use opens the files again.
     pub fn release(&mut self) {
+        assert_eq!(
+            self.buffered_bytes(),
+            0,
+            "a chunk is released once its buffers are written out"
+        );
         assert!(
-            self.buffered_bytes() == 0 && !self.journal_unsynced && !self.in_place_unsynced,
-            "a chunk is released after a flush"
+            !self.journal.deferred,
+            "frames only the group journal will hold are not released before it does"
         );
         for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
             appender.buf = Vec::new();

@@ -267,6 +267,23 @@ impl Writer {
         true
     }
 
+    /// Writes out the buffers (not synced) and closes the writer's files, keeping its lock and
+    /// everything it knows, for a writer in the middle of a transaction that reaches more logs
+    /// than may be open at once. Nothing is checked when it goes on: its files reopen as they
+    /// are needed (a flush with nothing left to write needs none of them). Holds one
+    /// descriptor, the lock.
+    pub fn close_files(&mut self) -> Result<()> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        self.guarded(|w| {
+            w.tail.write_out(&w.io, false)?;
+            w.tail.release();
+            w.index.release();
+            Ok(())
+        })
+    }
+
     /// Whether the writer is parked ([`Writer::park`]): it holds no file descriptor.
     pub fn is_parked(&self) -> bool {
         self.lock.is_none()

@@ -107,6 +107,32 @@ fn a_parked_writer_holds_no_descriptor() {
     drop(w);
 }
 
+/// A writer that closed its files mid-transaction holds only its lock, and goes on: the rest
+/// of the transaction and a flush reopen what they need.
+#[test]
+fn a_writer_mid_transaction_can_close_its_files() {
+    let _counting = counting();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let before = open_fds();
+    let mut w = store.create_shape("s", &small_chunks()).unwrap();
+    let msgs = workload_txn(1);
+    let (first, rest) = msgs.split_at(msgs.len() / 2);
+    w.append(&first.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.close_files().unwrap();
+    assert_eq!(open_fds(), before + 1, "only the lock stays open");
+    w.append(&rest.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+    w.close_files().unwrap();
+    assert_eq!(w.flush().unwrap(), msgs.last().map(|m| m.offset));
+    w.close().unwrap();
+    assert_eq!(open_fds(), before);
+    let (lines, _) = read_all(&mut store.open_reader("s").unwrap(), None);
+    assert_eq!(lines, common::lines_of(&msgs));
+}
+
 /// A live read that finds nothing new opens only the tail's records file, not its JSON file
 /// (here removed to prove it); a read with a body needs it.
 #[test]

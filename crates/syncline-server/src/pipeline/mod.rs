@@ -556,8 +556,9 @@ impl Pipeline {
     }
 
     /// With more shape logs open (or parked) than their bound, makes what is committed durable
-    /// and parks the least recently used idle logs (and closes the least recently used parked
-    /// ones), before a change opens more.
+    /// and parks the least recently used logs (those of the open transaction keep only their
+    /// lock, so that one reaching thousands of shapes does not run out of file descriptors),
+    /// and closes the least recently used parked ones, before a change opens more.
     fn make_room(&mut self) {
         if !self.shapes.writers_over_bound() {
             return;
@@ -565,7 +566,7 @@ impl Pipeline {
         self.first_unflushed.get_or_insert_with(Instant::now);
         self.flush();
         tokio::task::block_in_place(|| {
-            self.shapes.park_idle_writers();
+            self.shapes.park_writers(true);
             self.shapes.close_parked_writers();
         });
     }

@@ -731,7 +731,7 @@ impl Shapes {
         }
         let shapes = self.clone();
         let (parked, closed) = tokio::task::spawn_blocking(move || {
-            (shapes.park_idle_writers(), shapes.close_parked_writers())
+            (shapes.park_writers(false), shapes.close_parked_writers())
         })
         .await
         .unwrap_or((0, 0));
@@ -770,8 +770,10 @@ impl Shapes {
 
     /// Parks the least recently used idle writers until the open ones are an eighth below
     /// their bound (so that the next ones to open do not each find it full), or no idle one is
-    /// left. Returns how many were parked.
-    pub fn park_idle_writers(&self) -> usize {
+    /// left; with `busy_too` (the pipeline, in a transaction that reaches more logs than may
+    /// be open) also writers in the transaction, which keep only their lock. Returns how many
+    /// were parked.
+    pub fn park_writers(&self, busy_too: bool) -> usize {
         let over = self.logs.open_writers_over();
         if over == 0 {
             return 0;
@@ -782,7 +784,7 @@ impl Shapes {
             if parked == over {
                 break;
             }
-            if shape.writer.lock().park_if_idle() {
+            if shape.writer.lock().park(busy_too) {
                 parked += 1;
             }
         }

@@ -95,12 +95,23 @@ impl ShapeWriter {
     }
 
     /// Parks the writer if it is open and idle (no transaction open, every commit durable):
-    /// its files are closed with no I/O. Returns whether it parked.
-    pub fn park_if_idle(&mut self) -> bool {
+    /// its files are closed with no I/O. With `busy_too`, a writer that is not idle has its
+    /// buffers written out and its files closed instead, keeping its lock
+    /// ([`Writer::close_files`]). Returns whether it parked.
+    pub fn park(&mut self, busy_too: bool) -> bool {
         let Some(writer) = self.writer.as_mut().filter(|_| !self.parked) else {
             return false;
         };
-        if !writer.park() {
+        let parked = writer.park()
+            || (busy_too
+                && match writer.close_files() {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(handle = %self.handle, error = %e, "closing a shape log's files failed");
+                        false
+                    }
+                });
+        if !parked {
             return false;
         }
         self.parked = true;
