@@ -20,7 +20,8 @@ pub struct ShapeWriter {
     logs: Arc<Logs>,
     /// Boxed: an idle shape's closed writer then takes a pointer's room, not a writer's.
     writer: Option<Box<Writer>>,
-    /// The writer is parked ([`Writer::park`]), and counted so in [`Logs`].
+    /// The writer is parked ([`Writer::park`]) or, in a transaction, closed its files
+    /// ([`Writer::close_files`]); counted parked in [`Logs`] either way.
     parked: bool,
     /// When it was last used, on the logs' clock.
     last_used: u64,
