@@ -35,6 +35,9 @@ impl Appender {
     }
 
     fn write_out(&mut self, io: &Io) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
         io.write_at(self.file.get()?, self.file.path(), self.written, &self.buf)?;
         self.written += to_u64(self.buf.len());
         self.buf.clear();

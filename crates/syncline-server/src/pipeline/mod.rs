@@ -887,11 +887,17 @@ struct WriterLog<'a>(&'a Shape);
 
 impl ShapeLog for WriterLog<'_> {
     fn append(&mut self, messages: &[PendingMessage]) -> syncline_storage::Result<()> {
-        self.0.writer.lock().get()?.append(&as_messages(messages))
+        let mut writer = self.0.writer.lock();
+        writer.get()?.append(&as_messages(messages))?;
+        writer.park_if_over_bound();
+        Ok(())
     }
 
     fn commit(&mut self) -> syncline_storage::Result<()> {
-        self.0.writer.lock().get()?.commit()
+        let mut writer = self.0.writer.lock();
+        writer.get()?.commit()?;
+        writer.park_if_over_bound();
+        Ok(())
     }
 
     fn last_committed_lsn(&mut self) -> syncline_storage::Result<u64> {

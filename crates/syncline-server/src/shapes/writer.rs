@@ -120,6 +120,15 @@ impl ShapeWriter {
         true
     }
 
+    /// Parks the writer ([`ShapeWriter::park`], busy or not) if more writers are open than
+    /// their bound: for the pipeline after each append, so that one change reaching thousands
+    /// of shapes holds only their locks, not their files.
+    pub fn park_if_over_bound(&mut self) {
+        if self.logs.open_writers_over() > 0 {
+            self.park(true);
+        }
+    }
+
     /// Closes the writer for good, releasing the log's lock so the shape can be deleted.
     pub fn retire(&mut self) {
         self.take();
