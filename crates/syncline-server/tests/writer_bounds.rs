@@ -127,3 +127,88 @@ async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
     );
     assert!(parked > 0, "idle writers are parked before they are closed");
 }
+
+/// One insert into every one of 120 shapes, by a server whose open-files limit (256) cannot
+/// hold 120 open logs (five descriptors each) beside what else it needs: the logs written past
+/// the open bound close their files at once, keeping their locks, and every shape gets the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_change_reaching_more_shapes_than_descriptors_allow() {
+    const MANY: usize = 120;
+    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
+        .await
+        .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let log = storage.path().join("server.log");
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", "ulimit -n 256 && exec \"$0\" serve"])
+        .arg(env!("CARGO_BIN_EXE_syncline"))
+        .env("SYNCLINE_OPEN_LOGS_MAX", "4");
+    let port = common::process::free_port();
+    let server = common::process::Syncline::spawn(
+        command,
+        &cluster.connection_string("postgres"),
+        &storage.path().join("data"),
+        port,
+        &log,
+    );
+    let http = reqwest::Client::new();
+    server.wait_active(&http).await;
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            let status = r.status().as_u16();
+            let headers = r.headers().clone();
+            let text = r.text().await.unwrap_or_default();
+            let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            (status, headers, body)
+        }
+    };
+    let mut shapes = Vec::new();
+    for k in 0..MANY {
+        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
+        let (status, headers, _) = get(server.url(&format!("{query}&offset=-1"))).await;
+        assert_eq!(status, 200);
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        shapes.push((query, header("electric-handle"), header("electric-offset")));
+    }
+    db.execute("INSERT INTO items VALUES (1, 'new')", &[])
+        .await
+        .unwrap();
+    for (query, handle, mut offset) in shapes {
+        let started = Instant::now();
+        loop {
+            let url = server.url(&format!("{query}&offset={offset}&handle={handle}"));
+            let (status, headers, body) = get(url).await;
+            let server_log = std::fs::read_to_string(&log).unwrap_or_default();
+            assert_eq!(
+                status,
+                200,
+                "{body}; server log: {}",
+                server_log
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            let got = body
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["value"]["v"] == "new"));
+            if got {
+                break;
+            }
+            offset = headers["electric-offset"].to_str().unwrap().to_owned();
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{query} never got the row"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
