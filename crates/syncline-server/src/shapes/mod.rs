@@ -754,8 +754,21 @@ impl Shapes {
         self.logs.open_writers_over() > 0 || self.logs.parked_writers_over() > 0
     }
 
-    /// The shapes whose writer `since` says was last used when, least recently used first.
-    fn least_recently_used(&self, since: impl Fn(&ShapeWriter) -> Option<u64>) -> Vec<Arc<Shape>> {
+    /// Applies `act` to the writers `since` says were last used when, least recently used
+    /// first, until it succeeded `over` times (plus an eighth of `bound`, so that the next
+    /// writers do not each find the bound full) or every writer was tried. Returns how many
+    /// times it succeeded.
+    fn trim_least_recently_used(
+        &self,
+        over: usize,
+        bound: usize,
+        since: impl Fn(&ShapeWriter) -> Option<u64>,
+        act: impl Fn(&Shape, &mut ShapeWriter) -> bool,
+    ) -> usize {
+        if over == 0 {
+            return 0;
+        }
+        let over = over + bound / TRIM_BELOW_BOUND_DIVISOR;
         let mut found: Vec<(u64, Arc<Shape>)> = self
             .all()
             .into_iter()
@@ -765,58 +778,47 @@ impl Shapes {
             })
             .collect();
         found.sort_by_key(|(t, _)| *t);
-        found.into_iter().map(|(_, s)| s).collect()
-    }
-
-    /// Parks the least recently used idle writers until the open ones are an eighth below
-    /// their bound (so that the next ones to open do not each find it full), or no idle one is
-    /// left; with `busy_too` (the pipeline, in a transaction that reaches more logs than may
-    /// be open) also writers in the transaction, which keep only their lock. Returns how many
-    /// were parked.
-    pub fn park_writers(&self, busy_too: bool) -> usize {
-        let over = self.logs.open_writers_over();
-        if over == 0 {
-            return 0;
-        }
-        let over = over + self.logs.bounds().open / TRIM_BELOW_BOUND_DIVISOR;
-        let mut parked = 0;
-        for shape in self.least_recently_used(ShapeWriter::open_since) {
-            if parked == over {
-                break;
-            }
-            if shape.writer.lock().park(busy_too) {
-                parked += 1;
-            }
-        }
-        parked
-    }
-
-    /// Closes the least recently used parked writers until the parked ones are an eighth below
-    /// their bound; blocks while closing. Returns how many were closed.
-    pub fn close_parked_writers(&self) -> usize {
-        let over = self.logs.parked_writers_over();
-        if over == 0 {
-            return 0;
-        }
-        let over = over + self.logs.bounds().parked / TRIM_BELOW_BOUND_DIVISOR;
-        let mut closed = 0;
-        for shape in self.least_recently_used(ShapeWriter::parked_since) {
-            if closed == over {
+        let mut done = 0;
+        for (_, shape) in found {
+            if done == over {
                 break;
             }
             let mut writer = shape.writer.lock();
-            if writer.parked_since().is_none() {
-                continue;
-            }
-            match writer.close_if_idle() {
-                Ok(Some(_)) => closed += 1,
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(handle = %shape.handle, error = %e, "closing an idle shape log failed")
-                }
+            if since(&writer).is_some() && act(&shape, &mut writer) {
+                done += 1;
             }
         }
-        closed
+        done
+    }
+
+    /// Parks the least recently used idle writers until the open ones are an eighth below
+    /// their bound, or no idle one is left; with `busy_too` (the pipeline, in a transaction
+    /// that reaches more logs than may be open) also writers in the transaction, which keep
+    /// only their lock. Returns how many were parked.
+    pub fn park_writers(&self, busy_too: bool) -> usize {
+        self.trim_least_recently_used(
+            self.logs.open_writers_over(),
+            self.logs.bounds().open,
+            ShapeWriter::open_since,
+            |_, writer| writer.park(busy_too),
+        )
+    }
+
+    /// Closes the least recently used idle parked writers until the parked ones are an eighth
+    /// below their bound; blocks while closing. Returns how many were closed.
+    pub fn close_parked_writers(&self) -> usize {
+        self.trim_least_recently_used(
+            self.logs.parked_writers_over(),
+            self.logs.bounds().parked,
+            ShapeWriter::parked_since,
+            |shape, writer| match writer.close_if_idle() {
+                Ok(closed) => closed.is_some(),
+                Err(e) => {
+                    tracing::warn!(handle = %shape.handle, error = %e, "closing an idle shape log failed");
+                    false
+                }
+            },
+        )
     }
 
     /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
