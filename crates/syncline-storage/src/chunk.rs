@@ -77,8 +77,8 @@ pub(crate) struct JournalWrite<'a> {
     pub at: u64,
     /// The journal's size.
     pub file_len: u64,
-    /// The frames written since the last sync.
-    pub bytes: Vec<u8>,
+    /// The frames since the last sync (kept in memory by the journal).
+    pub bytes: &'a [u8],
 }
 
 /// A new journal id: random (std's per-process random hash keys, which change with every
@@ -146,7 +146,7 @@ impl Journal {
             id: self.id,
             at: self.synced_len,
             file_len: self.allocated,
-            bytes: self.unsynced.clone(),
+            bytes: &self.unsynced,
         }
     }
 

@@ -112,7 +112,7 @@ impl GroupJournal {
                 journal_id: w.id,
                 at: w.at,
                 file_len: w.file_len,
-                bytes: w.bytes.clone(),
+                bytes: w.bytes.to_vec(),
             }
             .encode_into(&mut buf);
         }
