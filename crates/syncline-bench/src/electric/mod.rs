@@ -767,6 +767,27 @@ impl LiveClients {
         Ok(synced)
     }
 
+    /// The errors of the clients that have already failed, for a point that cannot go on.
+    fn failed_so_far(&mut self) -> String {
+        let mut errors = Errors::default();
+        while let Some(joined) = self.tasks.try_join_next() {
+            match joined {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let mut chain = e.to_string();
+                    let mut source = e.source();
+                    while let Some(cause) = source {
+                        chain = format!("{chain}: {cause}");
+                        source = cause.source();
+                    }
+                    errors.push(chain);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        format!("{} clients failed: {:?}", errors.count, errors.first)
+    }
+
     /// Waits for every client after a commit acknowledged at `committed`; returns the
     /// latency of each client that got the changes and the errors of the others.
     async fn answers(mut self, committed: Instant) -> Result<(Latencies, Errors), Error> {

@@ -43,14 +43,16 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
         let baseline = server.sample()?;
         let baseline_fds = open_fds(&server).ok();
 
-        let live = LiveClients::start(
+        let mut live = LiveClients::start(
             (0..n)
                 .map(|_| users_client(&http, &server, Some(WAITING_WHERE), false))
                 .collect::<Result<_, _>>()?,
             1,
         );
         let sent = live.wait_live().await?;
-        let parked = wait_parked(&http, &server, n).await?;
+        let parked = wait_parked(&http, &server, n)
+            .await
+            .map_err(|e| format!("{e}; {}", live.failed_so_far()))?;
         let waiting = server.sample()?;
         let waiting_fds = open_fds(&server).ok();
 
