@@ -73,8 +73,8 @@ pub async fn start(config: Config) -> Result<Server, String> {
         chunk_bytes_max: config.chunk_bytes_threshold,
         ..WriterOptions::default()
     };
-    let listener = server::listen(SocketAddr::new(config.listen_address, config.port))
-        .map_err(|e| {
+    let listener =
+        server::listen(SocketAddr::new(config.listen_address, config.port)).map_err(|e| {
             format!(
                 "listening on {}:{}: {e}",
                 config.listen_address, config.port

@@ -51,7 +51,12 @@ static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = std::time::Instant::now();
     let raw_path = request.uri().path().to_owned();
-    let origin = request.headers().get(ORIGIN).cloned();
+    // Copied, not shared: a shared value keeps the connection's read buffer alive while a
+    // long-poll waits.
+    let origin = request
+        .headers()
+        .get(ORIGIN)
+        .map(|v| HeaderValue::from_bytes(v.as_bytes()).expect("a header value stays valid"));
     let path = normalise_path(request.uri().path());
     let is_shape = path == "/v1/shape";
     let method = request.method().clone();

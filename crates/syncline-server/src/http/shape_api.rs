@@ -1,6 +1,8 @@
 //! `/v1/shape`: resolving a request to a shape (creating it when needed), and answering it from
 //! the shape log by offset, live or not.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -46,12 +48,19 @@ const POST_BODY_BYTES_MAX: usize = 8_000_000;
 static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// Answers any method on `/v1/shape`.
+///
+/// The request itself is dropped before the shape is served: its URI and header values share
+/// the connection's read buffer, which a parked long-poll would otherwise keep alive beside the
+/// buffer the connection reads its next request into.
 pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
-    let method = request.method().clone();
+    let (parts, body) = request.into_parts();
+    let method = parts.method.clone();
     if method == Method::OPTIONS {
-        return options(request.headers());
+        return options(&parts.headers);
     }
-    let query = request.uri().query().unwrap_or("").to_owned();
+    let query = parts.uri.query().unwrap_or("").to_owned();
+    let headers = owned_headers(&parts.headers);
+    drop(parts);
     if !authorized(state.config.secret.as_deref(), &query) {
         return unauthorized();
     }
@@ -63,17 +72,10 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     if let Err(unmet) = state.health.wait(gate).await {
         return not_ready(&unmet);
     }
-    let headers = request.headers().clone();
-    match method {
-        Method::GET | Method::HEAD => {
-            let params = match parse_shape_params(&query, None) {
-                Ok(p) => p,
-                Err(errors) => return invalid(&method, &errors),
-            };
-            get(&state, &method, &params, &headers).await
-        }
+    let params = match method {
+        Method::GET | Method::HEAD => parse_shape_params(&query, None),
         Method::POST => {
-            let bytes = match axum::body::to_bytes(request.into_body(), POST_BODY_BYTES_MAX).await {
+            let bytes = match axum::body::to_bytes(body, POST_BODY_BYTES_MAX).await {
                 Ok(b) => b,
                 Err(_) => {
                     return json(
@@ -82,19 +84,30 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
                     )
                 }
             };
-            let body = match parse_subset_body(&bytes) {
-                Ok(b) => b,
+            match parse_subset_body(&bytes) {
+                Ok(body) => parse_shape_params(&query, body.as_ref()),
                 Err(e) => return json(e.status(), e.body()),
-            };
-            let params = match parse_shape_params(&query, body.as_ref()) {
-                Ok(p) => p,
-                Err(errors) => return invalid(&method, &errors),
-            };
-            get(&state, &method, &params, &headers).await
+            }
         }
-        Method::DELETE => delete(&state, &query).await,
-        _ => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        Method::DELETE => return Box::pin(delete(&state, &query)).await,
+        _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    };
+    match params {
+        Ok(params) => get(&state, &method, &params, &headers).await,
+        Err(errors) => invalid(&method, &errors),
     }
+}
+
+/// A copy of `headers` whose values own their bytes (see [`handle`]).
+fn owned_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut owned = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy =
+            HeaderValue::from_bytes(value.as_bytes()).expect("a header value stays valid");
+        copy.set_sensitive(value.is_sensitive());
+        owned.append(name.clone(), copy);
+    }
+    owned
 }
 
 fn options(request: &HeaderMap) -> Response {
@@ -129,7 +142,8 @@ async fn get(
         Ok(ticket) => ticket,
         Err(refused) => return rejected(&refused),
     };
-    let shape = match resolve(state, method, params).await {
+    // Boxed, like `gone`: creating a shape is a large future and runs once per shape.
+    let shape = match Box::pin(resolve(state, method, params)).await {
         Ok(shape) => shape,
         Err(response) => return response,
     };
@@ -150,7 +164,8 @@ async fn get(
         return serve.read_failed(&e).await;
     }
     match &params.subset {
-        Some(subset) => serve.subset(subset).await,
+        // Boxed, like `gone`: a subset runs its own Postgres query.
+        Some(subset) => Box::pin(serve.subset(subset)).await,
         None => serve.run().await,
     }
 }
@@ -829,7 +844,15 @@ impl Serve<'_> {
     /// the client's refetch then learns what is wrong. A server that does not write and knows
     /// no successor says 409 without one (the client starts again from scratch; the writer
     /// makes the successor).
-    async fn gone(&self) -> Response {
+    ///
+    /// Boxed: it looks the table up in Postgres and may create a shape, a future far larger
+    /// than a parked long-poll's, which would otherwise be inlined into every request's.
+    fn gone(&self) -> Pin<Box<dyn Future<Output = Response> + Send + '_>> {
+        Box::pin(self.successor())
+    }
+
+    /// [`Serve::gone`]'s work.
+    async fn successor(&self) -> Response {
         match definition(self.state, self.method, self.params).await {
             Ok((definition, relation)) => {
                 match create(self.state, self.method, definition, relation).await {
