@@ -124,6 +124,13 @@ pub struct Config {
     #[arg(long, env = "SYNCLINE_PARKED_LOGS_MAX")]
     pub parked_logs_max: Option<usize>,
 
+    /// How long a shape log may go unwritten before its writer is parked, releasing its file
+    /// descriptors (an idle shape then holds none); the next change resumes it without reading
+    /// the log. Parked writers are checked this often, so one waits up to twice this. Same
+    /// format as `--http-idle-timeout`.
+    #[arg(long, env = "SYNCLINE_IDLE_LOG_PARK", default_value = "60s", value_parser = parse_duration)]
+    pub idle_log_park: Duration,
+
     /// This server's part among servers sharing one storage directory and stream id: `auto`
     /// takes the writer's lock (a Postgres advisory lock) when it is free, and until then is a
     /// standby serving existing shapes read-only from the shared files; `replica` never takes

@@ -137,7 +137,7 @@ async fn write(state: &Arc<AppState>, lock: &SessionLock) -> Ended {
         state
             .shapes
             .clone()
-            .watch_open_writers(WRITER_TRIM_INTERVAL),
+            .watch_open_writers(WRITER_TRIM_INTERVAL, state.config.idle_log_park),
     );
     let (stop, stopped) = watch::channel(false);
     let replicating = replicate(

@@ -212,3 +212,50 @@ async fn one_change_reaching_more_shapes_than_descriptors_allow() {
         }
     }
 }
+
+/// Writers left unwritten for the idle park interval are parked, well within every bound, so
+/// idle shapes hold no file descriptor; the next change resumes them and reaches every shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_writers_are_parked_and_resume() {
+    const IDLE: Duration = Duration::from_millis(300);
+    const FEW: i32 = 3;
+    let f = fixture_with(
+        "CREATE TABLE items (id int PRIMARY KEY, g int NOT NULL, v text NOT NULL);
+         INSERT INTO items SELECT i, i % 3 + 1, 'initial' FROM generate_series(1, 9) i;",
+        |config| config.idle_log_park = IDLE,
+    )
+    .await;
+    let mut shapes = Vec::new();
+    for g in 1..=FEW {
+        let query = format!("table=items&where=g%20%3D%20{g}");
+        let (handle, offset, changes) = f.sync(&query).await;
+        let mut rows = BTreeMap::new();
+        apply(&mut rows, &changes);
+        shapes.push((g, query, handle, offset, rows));
+    }
+    for round in 1..=2 {
+        f.db.execute(&format!("UPDATE items SET v = 'round {round}'"), &[])
+            .await
+            .unwrap();
+        for (g, query, handle, offset, rows) in &mut shapes {
+            catch_up(&f, query, handle, offset.clone(), rows, *g).await;
+        }
+        let (open, _) = f.server.state.shapes.writers();
+        assert!(open > 0, "the change opened the shapes' writers");
+        let started = Instant::now();
+        let (open, parked) = loop {
+            let (open, parked) = f.server.state.shapes.writers();
+            if open == 0 || started.elapsed() > Duration::from_secs(10) {
+                break (open, parked);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            open,
+            0,
+            "writers left open after {:?} idle",
+            started.elapsed()
+        );
+        assert_eq!(parked, FEW as usize, "each shape's writer is parked");
+    }
+}

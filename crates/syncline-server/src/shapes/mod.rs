@@ -821,13 +821,43 @@ impl Shapes {
         )
     }
 
+    /// Parks every open idle writer last used before `used_before` (on the logs' clock).
+    /// Returns how many were parked.
+    fn park_unused_writers(&self, used_before: u64) -> usize {
+        self.all()
+            .into_iter()
+            .filter(|shape| {
+                let mut writer = shape.writer.lock();
+                writer.open_since().is_some_and(|t| t < used_before) && writer.park(false)
+            })
+            .count()
+    }
+
     /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
-    /// parks past them, and every `period`), for as long as the server runs.
-    pub async fn watch_open_writers(self: Arc<Self>, period: Duration) {
+    /// parks past them, and every `period`), and parks those unused for `idle`, for as long as
+    /// the server runs.
+    pub async fn watch_open_writers(self: Arc<Self>, period: Duration, idle: Duration) {
+        let mut idle_sweep = tokio::time::interval(idle);
+        idle_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        idle_sweep.tick().await;
+        let mut swept_at = self.logs.tick();
         loop {
             tokio::select! {
                 () = self.logs.past_bound() => {}
                 () = tokio::time::sleep(period) => {}
+                _ = idle_sweep.tick() => {
+                    let shapes = self.clone();
+                    let unused_since = swept_at;
+                    swept_at = self.logs.tick();
+                    let parked = tokio::task::spawn_blocking(move || {
+                        shapes.park_unused_writers(unused_since)
+                    })
+                    .await
+                    .unwrap_or(0);
+                    if parked > 0 {
+                        tracing::debug!(parked, "idle shape logs parked");
+                    }
+                }
             }
             self.trim_writers().await;
         }

@@ -174,6 +174,7 @@ pub fn config(database_url: &str, storage: &std::path::Path) -> Config {
         parked_logs_max: None,
         http_idle_timeout: Duration::from_secs(60),
         tcp_send_timeout: Duration::from_secs(30),
+        idle_log_park: Duration::from_secs(60),
         role: RoleSetting::Auto,
         follow: FollowMode::Inotify,
         follow_poll_interval: Duration::from_millis(100),
