@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fixture, fixture_with};
@@ -869,4 +870,44 @@ async fn concurrent_requests_make_one_shape_per_definition() {
         let (_, _, rows) = f.sync(&format!("table=t&where=id>{k}")).await;
         assert_eq!(rows.len(), 40 - k);
     }
+}
+
+/// Shapes on one table share one description of it; a table that changed (a column made
+/// nullable) gets a new one, which the shapes that still fit it follow. (The first shape on a
+/// table describes it as it was before Syncline published it, with its old replica identity,
+/// so the comparisons start at the second.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_on_one_table_share_its_description() {
+    let f = fixture(&format!(
+        "{ITEMS} CREATE TABLE other (id int PRIMARY KEY, title text NOT NULL);"
+    ))
+    .await;
+    let mut shapes = Vec::new();
+    for query in [
+        "table=items",
+        "table=items&where=id%20%3E%201",
+        "table=items&columns=id,title",
+        "table=other",
+        "table=other&where=id%20%3E%201",
+    ] {
+        let (handle, _, _) = f.sync(query).await;
+        shapes.push(f.server.state.shapes.by_handle(&handle).unwrap());
+    }
+    let (items, other) = (&shapes[1].relation, &shapes[4].relation);
+    assert!(Arc::ptr_eq(items, &shapes[2].relation));
+    assert_eq!(
+        (items.name.as_str(), other.name.as_str()),
+        ("items", "other")
+    );
+
+    f.db.batch_execute("ALTER TABLE other ALTER COLUMN title DROP NOT NULL")
+        .await
+        .unwrap();
+    let (handle, _, _) = f.sync("table=other&where=id%20%3E%202").await;
+    let changed = f.server.state.shapes.by_handle(&handle).unwrap();
+    assert!(!Arc::ptr_eq(other, &changed.relation));
+    // A request for an existing shape refreshes what it describes to the new description.
+    f.sync("table=other&where=id%20%3E%201").await;
+    assert!(Arc::ptr_eq(&changed.relation, &shapes[4].schema_relation()));
+    assert!(Arc::ptr_eq(other, &shapes[4].relation));
 }

@@ -187,7 +187,7 @@ async fn resolve(
     state.shapes.drop_recreated(&relation).await;
     let existing = state.shapes.by_definition(&definition);
     if let Some(shape) = &existing {
-        shape.refresh(&relation);
+        shape.refresh(&state.shapes.shared_relation(relation.clone()));
     }
     match params.offset {
         RequestOffset::After(_) => match existing {

@@ -25,7 +25,7 @@ mod shared_read;
 mod writer;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
@@ -122,6 +122,9 @@ pub struct Shapes {
     /// The partitions of each partitioned table with shapes, as last seen: attaching or
     /// detaching one changes the table's rows without a word on the replication stream.
     partitions: Mutex<HashMap<u32, Vec<u32>>>,
+    /// The description of each table with shapes, by OID, shared by the shapes made while
+    /// the table looked the same ([`Shapes::shared_relation`]).
+    relations: Mutex<HashMap<u32, Weak<RelationDesc>>>,
 }
 
 impl Shapes {
@@ -144,6 +147,7 @@ impl Shapes {
             max_shapes,
             publish_refusals: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
+            relations: Mutex::new(HashMap::new()),
         }
     }
 
@@ -438,11 +442,25 @@ impl Shapes {
     }
 
     /// Registers a stored shape made on `relation`, its log unopened.
+    /// `relation`, as one copy shared by every shape whose table looks the same: thousands of
+    /// shapes on one table hold one description, not one each.
+    pub fn shared_relation(&self, relation: RelationDesc) -> Arc<RelationDesc> {
+        let mut relations = self.relations.lock().expect("relations lock");
+        if let Some(shared) = relations.get(&relation.oid).and_then(Weak::upgrade) {
+            if *shared == relation {
+                return shared;
+            }
+        }
+        let shared = Arc::new(relation);
+        relations.insert(shared.oid, Arc::downgrade(&shared));
+        shared
+    }
+
     fn register_stored(&self, meta: &ShapeMeta, relation: RelationDesc) -> Restored {
         let shape = Arc::new(Shape::new(
             meta.handle.clone(),
             meta.definition.clone(),
-            relation,
+            self.shared_relation(relation),
             self.logs.clone(),
             SharedWriter::new(&meta.handle, self.logs.clone(), None),
             ShapeState {
@@ -523,7 +541,7 @@ impl Shapes {
         let shape = Arc::new(Shape::new(
             handle.clone(),
             definition,
-            relation,
+            self.shared_relation(relation),
             self.logs.clone(),
             SharedWriter::new(&handle, self.logs.clone(), Some(writer)),
             ShapeState::default(),
@@ -957,6 +975,7 @@ impl Shapes {
         tokio::spawn(async move {
             match shapes.postgres.load_relation_by_oid(oid).await {
                 Ok(Some(now)) => {
+                    let now = shapes.shared_relation(now);
                     for shape in shapes.all().iter().filter(|s| s.relation.oid == oid) {
                         shape.refresh(&now);
                     }

@@ -82,12 +82,11 @@ impl Shape {
     pub(super) fn new(
         handle: String,
         definition: ShapeDefinition,
-        relation: RelationDesc,
+        relation: Arc<RelationDesc>,
         logs: Arc<Logs>,
         writer: SharedWriter,
         state: ShapeState,
     ) -> Shape {
-        let relation = Arc::new(relation);
         Shape {
             handle,
             definition,
@@ -120,11 +119,11 @@ impl Shape {
 
     /// Follows the table as the catalog describes it `now`, if the shape still fits it (a
     /// change the shape does not survive is handled by invalidating it).
-    pub fn refresh(&self, now: &RelationDesc) {
+    pub fn refresh(&self, now: &Arc<RelationDesc>) {
         if now.oid == self.relation.oid && self.definition.fits(&self.relation, now) {
             let mut current = self.current.lock().expect("current relation lock");
-            if **current != *now {
-                *current = Arc::new(now.clone());
+            if **current != **now {
+                *current = now.clone();
             }
         }
     }
