@@ -18,6 +18,10 @@ use super::{per, pool, round3, scenario_json, sync_all, users_client, wait_activ
 const CREATE_CONCURRENCY: usize = 32;
 /// How long the server is left alone before its figures are read.
 const IDLE_WAIT: Duration = Duration::from_secs(3);
+/// `--idle-log-park` of the servers this scenario starts: a log unwritten this long is parked,
+/// within twice this, so well within [`IDLE_WAIT`] (the default, 60 s, would need a minute's
+/// wait per point).
+const IDLE_LOG_PARK: &str = "1s";
 /// The largest grid point, the headline figure's.
 const HEADLINE_SHAPES: usize = 100_000;
 
@@ -55,7 +59,9 @@ pub(super) async fn idle_shapes(bench: &mut Bench, points: &[usize]) -> Result<V
     let mut headline = Map::new();
     let mut errors_total = 0;
     for &n in points {
-        let mut server = bench.server().await?;
+        let mut server = bench
+            .server_with(&["--idle-log-park", IDLE_LOG_PARK])
+            .await?;
         let http = pool()?;
         let storage = server.storage_dir().ok_or("no storage directory")?;
         let empty = Figures::read(&server, &http).await?;
@@ -141,6 +147,7 @@ pub(super) async fn idle_shapes(bench: &mut Bench, points: &[usize]) -> Result<V
             "shapes": "where=name = '<k>', k = 1..=N: distinct shapes on users, each empty",
             "created_by": format!("{CREATE_CONCURRENCY} concurrent clients, each reading one shape from offset=-1 until up to date, then the next"),
             "idle_wait_s": IDLE_WAIT.as_secs_f64(),
+            "idle_log_park": format!("--idle-log-park {IDLE_LOG_PARK} (Syncline servers this run starts)"),
             "rss_bytes_per_shape": "(VmRSS with the N shapes, idle, no client) - (VmRSS of the same process before its first shape), / N",
             "rss_bytes_per_restored_shape": "the same after SIGTERM and a start on the same storage, against the same no-shape figure",
             "disk_bytes_per_shape": "(allocated bytes of the storage directory with the N shapes - before the first) / N",
