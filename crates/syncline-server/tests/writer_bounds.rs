@@ -68,6 +68,18 @@ async fn catch_up(
     }
 }
 
+/// The server's open and parked writers once `done` holds for them, or after 10 s.
+async fn writers_once(f: &Fixture, done: impl Fn(usize, usize) -> bool) -> (usize, usize) {
+    let started = Instant::now();
+    loop {
+        let (open, parked) = f.server.state.shapes.writers();
+        if done(open, parked) || started.elapsed() > Duration::from_secs(10) {
+            return (open, parked);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
     let f = fixture_with(
@@ -112,15 +124,8 @@ async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
     for (g, query, handle, offset, rows) in &mut shapes {
         catch_up(&f, query, handle, offset.clone(), rows, *g).await;
     }
-    let started = Instant::now();
-    let (open, parked) = loop {
-        let (open, parked) = f.server.state.shapes.writers();
-        if (open <= OPEN_MAX && parked <= PARKED_MAX) || started.elapsed() > Duration::from_secs(10)
-        {
-            break (open, parked);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (open, parked) =
+        writers_once(&f, |open, parked| open <= OPEN_MAX && parked <= PARKED_MAX).await;
     assert!(
         open <= OPEN_MAX && parked <= PARKED_MAX,
         "{open} writers open and {parked} parked, past the bounds"
@@ -242,20 +247,8 @@ async fn idle_writers_are_parked_and_resume() {
         }
         let (open, _) = f.server.state.shapes.writers();
         assert!(open > 0, "the change opened the shapes' writers");
-        let started = Instant::now();
-        let (open, parked) = loop {
-            let (open, parked) = f.server.state.shapes.writers();
-            if open == 0 || started.elapsed() > Duration::from_secs(10) {
-                break (open, parked);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        assert_eq!(
-            open,
-            0,
-            "writers left open after {:?} idle",
-            started.elapsed()
-        );
+        let (open, parked) = writers_once(&f, |open, _| open == 0).await;
+        assert_eq!(open, 0, "writers left open after 10 s idle");
         assert_eq!(parked, FEW as usize, "each shape's writer is parked");
     }
 }
