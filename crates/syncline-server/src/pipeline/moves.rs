@@ -470,8 +470,9 @@ impl Pipeline {
     }
 
     /// Splices a finished move-in if its point is known: the waiting transactions its query
-    /// saw (up to the first it did not see, or the first move), then its rows; returns whether
-    /// it did (or the shape is gone).
+    /// saw (every one before the first it did not see), then its rows; returns whether it did
+    /// (or the shape is gone). Moves queued among the transactions it saw wait past the splice:
+    /// its rows hold those transactions' effect, so applying them after a move would repeat it.
     pub(super) fn try_splice(&mut self, key: SlotKey) -> bool {
         let Some(sq) = self.subq_mut(key) else {
             return true;
@@ -482,28 +483,33 @@ impl Pipeline {
         else {
             return !matches!(sq.mode, Mode::MovingIn(_));
         };
-        let seen = rows.visibility.clone();
-        let wal_lsn = rows.wal_lsn;
-        let point = sq.queue.iter().position(|e| match e {
-            Event::Txn(t) => !seen.is_visible(t.xid),
-            Event::Deltas { .. } => true,
-        });
+        let (seen, wal_lsn) = (rows.visibility.clone(), rows.wal_lsn);
+        let processed = self.processed_through(wal_lsn);
+        let sq = self.subq_mut(key).expect("checked above");
+        let point = sq
+            .queue
+            .iter()
+            .position(|e| matches!(e, Event::Txn(t) if !seen.is_visible(t.xid)));
         let point = match point {
             Some(point) => point,
-            None if self.processed_through(wal_lsn) => {
-                self.subq_mut(key).map_or(0, |sq| sq.queue.len())
-            }
+            None if processed => sq.queue.len(),
             None => {
                 // Postgres tells how far its decoder is only in keepalives.
                 self.keepalive_wanted = true;
                 return false;
             }
         };
-        for _ in 0..point {
-            let Some(Event::Txn(txn)) = self.subq_mut(key).and_then(|sq| sq.queue.pop_front())
-            else {
-                unreachable!("events before the splice point are transactions");
-            };
+        let mut moves = std::collections::VecDeque::new();
+        let mut saw = Vec::new();
+        for event in sq.queue.drain(..point) {
+            match event {
+                Event::Txn(txn) => saw.push(txn),
+                deltas @ Event::Deltas { .. } => moves.push_back(deltas),
+            }
+        }
+        moves.append(&mut sq.queue);
+        sq.queue = moves;
+        for txn in saw {
             self.apply_queued(key, txn);
         }
         let Some(sq) = self.subq_mut(key) else {

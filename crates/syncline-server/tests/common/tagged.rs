@@ -1,7 +1,9 @@
 //! A client of subquery shapes that applies messages as Electric's clients do (TanStack DB's
 //! tag index, the Elixir client's tag tracker): rows keep their tags and active conditions; a
 //! `move-out` clears the conditions its patterns match and drops rows no disjunct still holds;
-//! a `move-in` sets them; rows that move in arrive as inserts.
+//! a `move-in` sets them; rows that move in arrive as inserts. An insert of a row it holds, an
+//! update of one it does not, or a delete of one it does not is a wrong log: it is recorded in
+//! `problems`.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +46,8 @@ pub struct TaggedClient {
     pub rows: BTreeMap<String, TaggedRow>,
     /// Every message applied, for failure reports.
     pub seen: Vec<Value>,
+    /// What a right log would not have made it do, in order.
+    pub problems: Vec<String>,
 }
 
 fn tags_of(headers: &Value) -> Option<Vec<Vec<String>>> {
@@ -96,6 +100,10 @@ impl TaggedClient {
         match headers["operation"].as_str().expect("operation") {
             "insert" => {
                 let value = m["value"].as_object().expect("value").clone();
+                if self.rows.contains_key(&key) {
+                    self.problems
+                        .push(format!("insert of present row {key}: {m}"));
+                }
                 self.rows.insert(
                     key,
                     TaggedRow {
@@ -106,10 +114,11 @@ impl TaggedClient {
                 );
             }
             "update" => {
-                let row = self
-                    .rows
-                    .get_mut(&key)
-                    .unwrap_or_else(|| panic!("update of unknown row {key}"));
+                let Some(row) = self.rows.get_mut(&key) else {
+                    self.problems
+                        .push(format!("update of absent row {key}: {m}"));
+                    return;
+                };
                 for (k, v) in m["value"].as_object().expect("value") {
                     row.value.insert(k.clone(), v.clone());
                 }
@@ -121,7 +130,10 @@ impl TaggedClient {
                 }
             }
             "delete" => {
-                self.rows.remove(&key);
+                if self.rows.remove(&key).is_none() {
+                    self.problems
+                        .push(format!("delete of absent row {key}: {m}"));
+                }
             }
             other => panic!("operation {other}"),
         }
