@@ -12,7 +12,7 @@ use syncline_where::{PositionKind, ShapeId};
 use super::moves::{filter_of, last_offset};
 use super::subquery::{normalized, Dep, DepKey, Mode, Subq, ViewSet};
 use super::table::Table;
-use super::Pipeline;
+use super::{Pipeline, WriterLog};
 use crate::shapes::{Command, RestoredViews, Shape, Shapes, ViewTuple};
 use crate::subquery::tag_prefix;
 
@@ -292,9 +292,25 @@ impl Pipeline {
                 continue;
             };
             match sets {
-                Ok(sets) => {
-                    if let Some(sq) = self.subq_mut((oid, id)).filter(|sq| sq.restored) {
-                        sq.views = sets.into_iter().map(ViewSet::of).collect();
+                Ok(reflected) => {
+                    let Some(slot) = self.tables.get_mut(&oid).and_then(|t| t.slots.get_mut(&id))
+                    else {
+                        continue;
+                    };
+                    let Some(sq) = slot.subquery.as_mut().filter(|sq| sq.restored) else {
+                        continue;
+                    };
+                    sq.views = reflected.views.into_iter().map(ViewSet::of).collect();
+                    let shape = slot.shape.clone();
+                    let skipped = tokio::task::block_in_place(|| {
+                        slot.feed.reflects(
+                            reflected.through,
+                            reflected.seen,
+                            &mut WriterLog(&shape),
+                        )
+                    });
+                    if let Err(e) = skipped {
+                        self.storage_failed(oid, id, e);
                     }
                 }
                 Err(e) => {

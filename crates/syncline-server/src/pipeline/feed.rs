@@ -90,6 +90,30 @@ impl Feed {
         }
     }
 
+    /// A restored subquery shape's moves followed more than its log's commits: every
+    /// transaction committed at or before `through`, and every one `seen` (its last move-in's
+    /// snapshot, later than its own) saw, is reflected in its log and skipped.
+    pub fn reflects(
+        &mut self,
+        through: u64,
+        seen: Option<PgSnapshot>,
+        log: &mut dyn ShapeLog,
+    ) -> syncline_storage::Result<()> {
+        assert!(
+            matches!(self.phase, Phase::Live) && self.current.is_none(),
+            "only a restored feed that took nothing yet reflects moves"
+        );
+        let logged = match self.skip_through {
+            Some(lsn) => lsn,
+            None => log.last_committed_lsn()?,
+        };
+        self.skip_through = Some(logged.max(through));
+        if seen.is_some() {
+            self.visibility = seen;
+        }
+        Ok(())
+    }
+
     /// Whether the snapshot is still running (transactions wait in memory).
     pub fn is_snapshotting(&self) -> bool {
         matches!(self.phase, Phase::Snapshotting { .. })

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use syncline_core::{wire, LogOffset};
+use syncline_core::{wire, LogOffset, PgSnapshot};
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
 use syncline_pg::PgError;
 use syncline_storage::{Message, Operation};
@@ -102,7 +102,7 @@ impl Pipeline {
                 }
             }
         }
-        self.apply_moves(key, Vec::new(), changes);
+        self.apply_moves(key, Vec::new(), 0, changes);
         self.drain(key);
     }
 
@@ -130,6 +130,8 @@ impl Pipeline {
                 sub,
                 add: view.iter().cloned().collect(),
                 remove: Vec::new(),
+                through: 0,
+                seen: None,
             })
             .collect();
         let written = at.map_err(|e| e.to_string()).and_then(|_| {
@@ -189,17 +191,19 @@ impl Pipeline {
         if sq.queues() {
             sq.queue_deltas(xid, lsn, changes);
         } else {
-            self.apply_moves(shape, vec![xid], changes);
+            self.apply_moves(shape, vec![xid], lsn, changes);
         }
     }
 
     /// Applies value-set changes (subquery, tuple, present now) caused by transactions
-    /// `txids`: move-outs at once, move-ins by a query (the shape then queues until its rows
-    /// are spliced in).
+    /// `txids`, the last committed at `lsn` (0 for a restored shape catching up, whose log
+    /// holds every transaction before the changes): move-outs at once, move-ins by a query
+    /// (the shape then queues until its rows are spliced in).
     pub(super) fn apply_moves(
         &mut self,
         key: SlotKey,
         txids: Vec<u32>,
+        lsn: u64,
         changes: Vec<(usize, ViewTuple, bool)>,
     ) {
         let Some(sq) = self.subq_mut(key) else {
@@ -218,13 +222,13 @@ impl Pipeline {
             }
         }
         if !outs.is_empty() {
-            if let Err(e) = self.move_out(key, &txids, outs) {
+            if let Err(e) = self.move_out(key, &txids, lsn, outs) {
                 self.storage_failed(key.0, key.1, e);
                 return;
             }
         }
         if !ins.is_empty() {
-            self.start_move_in(key, txids, ins);
+            self.start_move_in(key, txids, lsn, ins);
         }
     }
 
@@ -249,11 +253,13 @@ impl Pipeline {
         patterns
     }
 
-    /// Records value-set changes and updates the shape's sets (and its routing).
+    /// Records value-set changes, with what the log then reflects (every transaction at or
+    /// before `through`, every one `seen` saw), and updates the shape's sets (and its routing).
     pub(super) fn adopt(
         &mut self,
         key: SlotKey,
         at: LogOffset,
+        (through, seen): (u64, Option<&PgSnapshot>),
         changes: &[(usize, ViewTuple, bool)],
     ) -> syncline_storage::Result<()> {
         let (oid, id) = key;
@@ -275,6 +281,8 @@ impl Pipeline {
                 } else {
                     vec![tuple.clone()]
                 },
+                through,
+                seen: seen.map(PgSnapshot::to_string),
             })
             .collect();
         tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
@@ -314,15 +322,17 @@ impl Pipeline {
         (slot.shape.clone(), filter, prefix)
     }
 
+    /// Appends a move-out: one control message; every transaction up to `lsn` came before it.
     pub(super) fn move_out(
         &mut self,
         key: SlotKey,
         txids: &[u32],
+        lsn: u64,
         changes: Vec<(usize, ViewTuple, bool)>,
     ) -> syncline_storage::Result<()> {
         let (shape, filter, prefix) = self.move_context(key);
         let at = next_offset(&shape)?;
-        self.adopt(key, at, &changes)?;
+        self.adopt(key, at, (lsn, None), &changes)?;
         let mut txids = txids.to_vec();
         txids.sort_unstable();
         let mut json = vec![wire::STORED_SEPARATOR];
@@ -355,6 +365,7 @@ impl Pipeline {
         &mut self,
         key: SlotKey,
         txids: Vec<u32>,
+        lsn: u64,
         changes: Vec<(usize, ViewTuple, bool)>,
     ) {
         let (oid, id) = key;
@@ -394,6 +405,7 @@ impl Pipeline {
             id: id_of_move,
             changes,
             txids,
+            lsn,
             rows: None,
         });
         let query = SnapshotQuery::new(
@@ -535,7 +547,12 @@ impl Pipeline {
         let (shape, filter, prefix) = self.move_context(key);
         let rows = move_in.rows.expect("spliced with its rows");
         let at = next_offset(&shape)?;
-        self.adopt(key, at, &move_in.changes)?;
+        self.adopt(
+            key,
+            at,
+            (move_in.lsn, Some(&rows.visibility)),
+            &move_in.changes,
+        )?;
         let mut txids = move_in.txids;
         txids.sort_unstable();
         txids.dedup();
@@ -605,12 +622,12 @@ impl Pipeline {
             };
             match event {
                 Event::Txn(txn) => self.apply_queued(key, txn),
-                Event::Deltas { xid, deltas, .. } => {
+                Event::Deltas { xid, lsn, deltas } => {
                     let seen = self.tables[&key.0].slots[&key.1].shape.visibility();
                     if seen.is_some_and(|s| s.is_visible(xid)) {
                         continue;
                     }
-                    self.apply_moves(key, vec![xid], deltas);
+                    self.apply_moves(key, vec![xid], lsn, deltas);
                 }
             }
         }

@@ -565,6 +565,8 @@ pub struct MoveIn {
     pub changes: Vec<(usize, ViewTuple, bool)>,
     /// The dependency transactions behind it.
     pub txids: Vec<u32>,
+    /// The commit LSN of the last of them (0 for a restored shape catching up).
+    pub lsn: u64,
     /// The query's result, once it came.
     pub rows: Option<MoveInRows>,
 }

@@ -10,12 +10,20 @@ use super::shape::Shape;
 /// A subquery's select-list values of one row, as Postgres prints them (`None`: NULL).
 pub type ViewTuple = Vec<Option<String>>;
 
-/// A restored subquery shape's value sets as its log reflects them, by its handle (one set of
-/// tuples per subquery), or why they could not be read.
-pub type RestoredViews = (
-    String,
-    Result<Vec<std::collections::HashSet<ViewTuple>>, String>,
-);
+/// What a restored subquery shape's log reflects, by its handle, or why it could not be read.
+pub type RestoredViews = (String, Result<Reflected, String>);
+
+/// What a subquery shape's log reflects: its value sets, and the transactions whose effect it
+/// holds beyond its own commits (its moves followed them).
+#[derive(Debug, Default)]
+pub struct Reflected {
+    /// Per subquery, its set of tuples.
+    pub views: Vec<std::collections::HashSet<ViewTuple>>,
+    /// Every transaction committed at or before this LSN (0: none beyond the log's commits).
+    pub through: u64,
+    /// Every transaction this snapshot (its last move-in's) saw.
+    pub seen: Option<PgSnapshot>,
+}
 
 /// What a move-in query found: the rows newly in the shape, and the snapshot they are of.
 #[derive(Debug)]

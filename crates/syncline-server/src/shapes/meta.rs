@@ -85,6 +85,19 @@ pub struct ViewRecord {
     /// Tuples that left it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remove: Vec<Vec<Option<String>>>,
+    /// Once the log holds the change, it holds the effect of every transaction committed at or
+    /// before this LSN, written or not (0: none beyond the log's own commits). Transactions
+    /// a change's move followed are not applied again with the sets after it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub through: u64,
+    /// The snapshot of the move-in the change belongs to: the log holds the effect of every
+    /// transaction it saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<String>,
+}
+
+fn is_zero(lsn: &u64) -> bool {
+    *lsn == 0
 }
 
 /// The directory of metadata files, one `<handle>.json` per shape. Read-only until this

@@ -33,7 +33,7 @@ use syncline_pg::{ErrorKind, PgError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::postgres::Postgres;
-pub use command::{Command, MoveInRows, RestoredViews, ViewTuple};
+pub use command::{Command, MoveInRows, Reflected, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
 pub use logs::{Logs, WriterBounds};
 pub use meta::ShapeMeta;
@@ -165,30 +165,38 @@ impl Shapes {
         self.meta.append_views(&shape.handle, records)
     }
 
-    /// A subquery shape's value sets as its log reflects them (the log ends at `log_end`):
-    /// each subquery's tuples. Records past the log's end are dropped from the file.
+    /// What a subquery shape's log reflects (the log ends at `log_end`): each subquery's
+    /// tuples, and the transactions its moves followed. Records past the log's end are dropped
+    /// from the file.
     pub fn load_views(
         &self,
         shape: &Shape,
         subqueries: usize,
         log_end: LogOffset,
-    ) -> std::io::Result<Vec<HashSet<ViewTuple>>> {
+    ) -> std::io::Result<Reflected> {
         let records = self.meta.load_views(&shape.handle)?;
-        let mut views = vec![HashSet::new(); subqueries];
+        let mut reflected = Reflected {
+            views: vec![HashSet::new(); subqueries],
+            ..Reflected::default()
+        };
+        let mut seen = None;
         let mut kept = 0;
         for record in &records {
             if record.at > (log_end.tx, log_end.op) || record.sub >= subqueries {
                 continue;
             }
             kept += 1;
-            let view = &mut views[record.sub];
+            let view = &mut reflected.views[record.sub];
             for tuple in &record.remove {
                 view.remove(tuple);
             }
             view.extend(record.add.iter().cloned());
+            reflected.through = reflected.through.max(record.through);
+            seen = record.seen.clone().or(seen);
         }
         if kept < records.len() && self.is_writer() {
-            let compacted: Vec<ViewRecord> = views
+            let compacted: Vec<ViewRecord> = reflected
+                .views
                 .iter()
                 .enumerate()
                 .map(|(sub, view)| ViewRecord {
@@ -196,11 +204,22 @@ impl Shapes {
                     sub,
                     add: view.iter().cloned().collect(),
                     remove: Vec::new(),
+                    through: reflected.through,
+                    seen: seen.clone(),
                 })
                 .collect();
             self.meta.rewrite_views(&shape.handle, &compacted)?;
         }
-        Ok(views)
+        reflected.seen = match seen {
+            Some(text) => Some(text.parse().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("view file snapshot {text:?}: {e}"),
+                )
+            })?),
+            None => None,
+        };
+        Ok(reflected)
     }
 
     /// The pipeline's command channel (tasks the pipeline starts report back on it).
