@@ -113,14 +113,17 @@ pub struct Config {
 
     /// Shape logs kept open at once (each holds up to six file descriptors); past it the least
     /// recently used idle ones are parked: their files are closed and their writer's state is
-    /// kept, so the next change resumes them without reading the log. Default: a sixteenth of
-    /// the open-files limit, at least 16.
+    /// kept, so the next change resumes them without reading the log. Default: as many as the
+    /// descriptors the open connections leave allow (a quarter of the open-files limit kept
+    /// for everything else, six per log), at least 16; logs past it are parked as connections
+    /// come.
     #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]
     pub open_logs_max: Option<usize>,
 
     /// Shape logs kept parked at once (no file descriptors, about a kilobyte of memory each);
     /// past it the least recently used are closed (an idle shape then holds no writer at
-    /// all). Default: eight times the open logs' bound.
+    /// all). Default: eight times `--open-logs-max`, or half the open-files limit when that is
+    /// not set.
     #[arg(long, env = "SYNCLINE_PARKED_LOGS_MAX")]
     pub parked_logs_max: Option<usize>,
 

@@ -19,7 +19,7 @@ use crate::http::server::{self, default_max_connections, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::postgres::Postgres;
 use crate::progress::Progress;
-use crate::shapes::{Logs, MetaDir, Shapes, WriterBounds};
+use crate::shapes::{Logs, MetaDir, OpenBound, Shapes, WriterBounds};
 use crate::state::AppState;
 
 /// Longest wait at shutdown for connections to finish their last request.
@@ -87,14 +87,22 @@ pub async fn start(config: Config) -> Result<Server, String> {
         config.publication_name(),
         config.db_pool_size,
     ));
-    let open_logs_max = config
-        .open_logs_max
-        .unwrap_or_else(|| default_open_logs_max(open_files_limit()));
+    let open_files = usize::try_from(open_files_limit()).unwrap_or(usize::MAX);
+    let connections = Arc::new(AtomicUsize::new(0));
     let bounds = WriterBounds {
-        open: open_logs_max,
-        parked: config
-            .parked_logs_max
-            .unwrap_or(open_logs_max.saturating_mul(PARKED_PER_OPEN_LOG)),
+        open: match config.open_logs_max {
+            Some(n) => OpenBound::Fixed(n),
+            None => OpenBound::Shared {
+                open_files,
+                connections: connections.clone(),
+            },
+        },
+        parked: config.parked_logs_max.unwrap_or_else(|| {
+            config
+                .open_logs_max
+                .unwrap_or(open_files / 16)
+                .saturating_mul(PARKED_PER_OPEN_LOG)
+        }),
     };
     let shapes = Arc::new(Shapes::new(
         Logs::new(store, writer_options, bounds),
@@ -117,7 +125,7 @@ pub async fn start(config: Config) -> Result<Server, String> {
         metrics: Arc::new(Metrics::default()),
         compressed: CompressedChunks::default(),
     });
-    let connections = serve_http(&state, listener).await?;
+    serve_http(&state, listener, connections.clone()).await?;
     tracing::info!(%addr, role = role.name(), "listening");
     shapes.follow_catalog()?;
     state.health.restored();
@@ -131,12 +139,13 @@ pub async fn start(config: Config) -> Result<Server, String> {
     })
 }
 
-/// Serves the HTTP API on `listener`, and `/metrics` on its own port if one is configured;
-/// returns the count of open API connections.
+/// Serves the HTTP API on `listener`, counting its open connections in `connections`, and
+/// `/metrics` on its own port if one is configured.
 async fn serve_http(
     state: &Arc<AppState>,
     listener: TcpListener,
-) -> Result<Arc<AtomicUsize>, String> {
+    connections: Arc<AtomicUsize>,
+) -> Result<(), String> {
     let config = &state.config;
     let limits = ConnectionLimits {
         max_connections: config
@@ -146,13 +155,16 @@ async fn serve_http(
         send_timeout: config.tcp_send_timeout,
     };
     let health = state.health.clone();
-    let connections = Arc::new(AtomicUsize::new(0));
     tokio::spawn(server::serve(
         listener,
         crate::http::router(state.clone()),
         limits,
         async move { health.wait_stopping().await },
-        connections.clone(),
+        connections,
+        {
+            let shapes = state.shapes.clone();
+            move || shapes.descriptors_short()
+        },
     ));
     if let Some(port) = config.prometheus_port {
         let metrics = TcpListener::bind((config.listen_address, port))
@@ -164,21 +176,14 @@ async fn serve_http(
             limits,
             std::future::pending(),
             Arc::new(AtomicUsize::new(0)),
+            || (),
         ));
     }
-    Ok(connections)
+    Ok(())
 }
 
 /// Parked shape logs kept per open one, by default.
 const PARKED_PER_OPEN_LOG: usize = 8;
-
-/// The default bound on open shape logs for an open-files limit of `open_files`: a sixteenth
-/// of it (an open log holds six descriptors), at least 16.
-fn default_open_logs_max(open_files: u64) -> usize {
-    usize::try_from(open_files / 16)
-        .unwrap_or(usize::MAX)
-        .max(16)
-}
 
 /// The process's open-files limit (soft).
 fn open_files_limit() -> u64 {

@@ -252,3 +252,208 @@ async fn idle_writers_are_parked_and_resume() {
         assert_eq!(parked, FEW as usize, "each shape's writer is parked");
     }
 }
+
+/// `syncline_shape_logs_open` from the server's `/metrics`.
+async fn logs_open(http: &reqwest::Client, port: u16) -> usize {
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("syncline_shape_logs_open "))
+        .unwrap_or_else(|| panic!("no open-logs gauge in {text}"));
+    line.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Inserts row `id` with `v` and follows every shape until it has it.
+async fn change_reaches_every_shape(
+    http: &reqwest::Client,
+    db: &tokio_postgres::Client,
+    server: &common::process::Syncline,
+    shapes: &mut [(String, String, String)],
+    id: i32,
+    v: &str,
+) {
+    db.execute("INSERT INTO items VALUES ($1, $2)", &[&id, &v])
+        .await
+        .unwrap();
+    for (query, handle, offset) in shapes.iter_mut() {
+        let started = Instant::now();
+        loop {
+            let url = server.url(&format!("{query}&offset={offset}&handle={handle}"));
+            let reply = http.get(url).send().await.unwrap();
+            assert_eq!(reply.status(), 200);
+            *offset = reply.headers()["electric-offset"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let body: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+            if body
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["value"]["v"] == v))
+            {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{query} never got {v}"
+            );
+        }
+    }
+}
+
+/// By default shape logs and connections share the open-files limit: with one connection the
+/// server keeps more logs open than the sixteenth of the limit it once kept, and when
+/// connections come it parks logs to leave them their descriptors; the next change still
+/// reaches every shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_logs_leave_their_descriptors_to_connections() {
+    const LIMIT: usize = 512;
+    const SHAPES: usize = 50;
+    const CONNECTIONS: usize = 250;
+    // Three quarters of the limit, less the connections, at six descriptors per log.
+    let bound_with = |connections: usize| (LIMIT - LIMIT / 4 - connections) / 6;
+    assert!(SHAPES > LIMIT / 16 && SHAPES < bound_with(2));
+    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
+        .await
+        .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", &format!("ulimit -n {LIMIT} && exec \"$0\" serve")])
+        .arg(env!("CARGO_BIN_EXE_syncline"));
+    let port = common::process::free_port();
+    let server = common::process::Syncline::spawn(
+        command,
+        &cluster.connection_string("postgres"),
+        &storage.path().join("data"),
+        port,
+        &storage.path().join("server.log"),
+    );
+    let http = reqwest::Client::new();
+    server.wait_active(&http).await;
+    let mut shapes = Vec::new();
+    for k in 0..SHAPES {
+        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
+        let reply = http
+            .get(server.url(&format!("{query}&offset=-1")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200);
+        let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
+        shapes.push((query, header("electric-handle"), header("electric-offset")));
+    }
+    change_reaches_every_shape(&http, &db, &server, &mut shapes, 1, "first").await;
+    assert_eq!(
+        logs_open(&http, port).await,
+        SHAPES,
+        "every log the change opened stays open while descriptors allow"
+    );
+
+    let mut idle = Vec::new();
+    for _ in 0..CONNECTIONS {
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    let mut open = logs_open(&http, port).await;
+    while open > bound_with(CONNECTIONS) && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        open = logs_open(&http, port).await;
+    }
+    assert!(
+        open <= bound_with(CONNECTIONS),
+        "{open} logs open with {CONNECTIONS} connections; at most {} leave them descriptors",
+        bound_with(CONNECTIONS)
+    );
+    change_reaches_every_shape(&http, &db, &server, &mut shapes, 2, "second").await;
+    drop(idle);
+}
+
+/// When accepting a connection finds no descriptor free, the server parks its idle logs rather
+/// than turn the connection away: with the open bound set far past what the limit allows, a
+/// burst of connections is served in full and the logs end up parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_short_of_descriptors_make_idle_logs_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LIMIT: usize = 256;
+    const SHAPES: usize = 36;
+    const CONNECTIONS: usize = 120;
+    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
+        .await
+        .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", &format!("ulimit -n {LIMIT} && exec \"$0\" serve")])
+        .arg(env!("CARGO_BIN_EXE_syncline"))
+        .env("SYNCLINE_OPEN_LOGS_MAX", "1000");
+    let port = common::process::free_port();
+    let server = common::process::Syncline::spawn(
+        command,
+        &cluster.connection_string("postgres"),
+        &storage.path().join("data"),
+        port,
+        &storage.path().join("server.log"),
+    );
+    let http = reqwest::Client::new();
+    server.wait_active(&http).await;
+    let mut shapes = Vec::new();
+    for k in 0..SHAPES {
+        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
+        let reply = http
+            .get(server.url(&format!("{query}&offset=-1")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200);
+        let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
+        shapes.push((query, header("electric-handle"), header("electric-offset")));
+    }
+    change_reaches_every_shape(&http, &db, &server, &mut shapes, 1, "first").await;
+    assert_eq!(logs_open(&http, port).await, SHAPES);
+
+    let mut streams = Vec::new();
+    for _ in 0..CONNECTIONS {
+        streams.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        stream
+            .write_all(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut head))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i} got no answer"));
+        assert!(read.is_ok(), "connection {i} was closed: {read:?}");
+        assert_eq!(&head, b"HTTP/1.1 200", "connection {i}");
+    }
+    assert!(
+        logs_open(&http, port).await < SHAPES,
+        "idle logs were parked for the connections"
+    );
+    drop(streams);
+    change_reaches_every_shape(&http, &db, &server, &mut shapes, 2, "second").await;
+}

@@ -58,19 +58,24 @@ pub struct OverLimit;
 
 /// Accepts and serves connections on `listener` with `app` for as long as the server runs.
 ///
-/// `open` counts the connections open. Once `until` resolves (shutdown), stops listening (a
-/// load balancer sends new connections to another server), closes idle connections, and
-/// closes the others once their request is answered (with `connection: close`).
+/// `open` counts the connections open. When accepting finds no file descriptor free,
+/// `out_of_files_now` is called (shape logs then close their idle files) and the accept is tried
+/// again after a pause; if it fails again, the waiting connection is closed. Once `until`
+/// resolves (shutdown), stops listening (a load balancer sends new connections to another
+/// server), closes idle connections, and closes the others once their request is answered
+/// (with `connection: close`).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     until: impl Future<Output = ()>,
     open: Arc<AtomicUsize>,
+    out_of_files_now: impl Fn(),
 ) {
     let (closing, closing_now) = watch::channel(false);
     let mut spare = File::open("/dev/null").ok();
     let mut last_logged: Option<Instant> = None;
+    let mut shed = false;
     tokio::pin!(until);
     loop {
         let accepted = tokio::select! {
@@ -88,15 +93,21 @@ pub async fn serve(
                     tracing::warn!(error = %e, open = open.load(Ordering::Relaxed), "accept failed; connections past the limit are closed at once");
                     last_logged = Some(Instant::now());
                 }
-                if out_of_files && spare.take().is_some() {
-                    // With the spare descriptor free, take the waiting connection and close it.
-                    drop(listener.accept().await);
-                    spare = File::open("/dev/null").ok();
+                if out_of_files {
+                    out_of_files_now();
+                    if shed && spare.take().is_some() {
+                        // Freeing descriptors did not help: with the spare one free, take the
+                        // waiting connection and close it.
+                        drop(listener.accept().await);
+                        spare = File::open("/dev/null").ok();
+                    }
+                    shed = true;
                 }
                 tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 continue;
             }
         };
+        shed = false;
         let count = open.fetch_add(1, Ordering::AcqRel);
         let guard = OpenConnection(open.clone());
         if count >= limits.max_connections + RESERVED_CONNECTIONS {

@@ -4,8 +4,8 @@
 //! ([`Logs::become_reader`]): a read-only store refuses every write.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
 
@@ -25,24 +25,67 @@ pub struct Logs {
     /// Writers open now (holding their files).
     open_writers: AtomicUsize,
     /// Writers kept open before the least recently used idle ones are parked.
-    open_writers_max: usize,
+    open_writers_max: OpenBound,
     /// Writers parked now (no files held; see [`syncline_storage::Writer::park`]).
     parked_writers: AtomicUsize,
     /// Writers kept parked before the least recently used are closed.
     parked_writers_max: usize,
     /// A logical clock for writers' last use.
     clock: AtomicU64,
-    /// Woken when a writer opens or parks past a bound.
+    /// Woken when a writer opens or parks past a bound, or descriptors ran out.
     over_bound: Notify,
+    /// The process ran out of descriptors: every idle open writer is to be parked.
+    shed: AtomicBool,
 }
 
 /// How many writers to keep, open and parked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WriterBounds {
     /// Writers kept open (six descriptors each at most).
-    pub open: usize,
+    pub open: OpenBound,
     /// Writers kept parked (no descriptor, about a kilobyte of memory each).
     pub parked: usize,
+}
+
+/// Descriptors an open writer holds at most.
+const OPEN_WRITER_DESCRIPTORS: usize = 6;
+/// Open writers kept whatever the descriptors.
+const OPEN_WRITERS_MIN: usize = 16;
+
+/// How many writers are kept open.
+#[derive(Debug, Clone)]
+pub enum OpenBound {
+    /// This many.
+    Fixed(usize),
+    /// As many as the descriptors the connections leave allow: of `open_files`, a quarter is
+    /// kept for everything else (Postgres connections, readers, a burst of new connections),
+    /// one goes to each connection open now (`connections`), and six to each writer; at least
+    /// 16. Writers past it are parked as connections come, and every idle one when accepting a
+    /// connection finds no descriptor ([`Logs::shed`]).
+    Shared {
+        /// The process's open-files limit.
+        open_files: usize,
+        /// The HTTP connections open now.
+        connections: Arc<AtomicUsize>,
+    },
+}
+
+impl OpenBound {
+    /// The bound now.
+    pub fn get(&self) -> usize {
+        match self {
+            OpenBound::Fixed(n) => *n,
+            OpenBound::Shared {
+                open_files,
+                connections,
+            } => {
+                let left = open_files
+                    .saturating_sub(open_files / 4)
+                    .saturating_sub(connections.load(Ordering::Relaxed));
+                (left / OPEN_WRITER_DESCRIPTORS).max(OPEN_WRITERS_MIN)
+            }
+        }
+    }
 }
 
 impl Logs {
@@ -58,6 +101,7 @@ impl Logs {
             parked_writers_max: bounds.parked,
             clock: AtomicU64::new(0),
             over_bound: Notify::new(),
+            shed: AtomicBool::new(false),
         }
     }
 
@@ -101,7 +145,7 @@ impl Logs {
             assert!(before > 0, "more writers resumed than parked");
         }
         let open = self.open_writers.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.open_writers_max {
+        if open > self.open_writers_max.get() {
             self.over_bound.notify_one();
         }
     }
@@ -116,7 +160,19 @@ impl Logs {
         }
     }
 
-    /// Waits until a writer opens or parks past its bound.
+    /// The process ran out of file descriptors (accepting a connection failed): every idle
+    /// open writer is to be parked.
+    pub fn shed(&self) {
+        self.shed.store(true, Ordering::Relaxed);
+        self.over_bound.notify_one();
+    }
+
+    /// Whether [`Logs::shed`] was called since the last call of this.
+    pub fn take_shed(&self) -> bool {
+        self.shed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Waits until a writer opens or parks past its bound, or descriptors ran out.
     pub async fn past_bound(&self) {
         self.over_bound.notified().await;
     }
@@ -136,7 +192,7 @@ impl Logs {
     pub fn open_writers_over(&self) -> usize {
         self.open_writers
             .load(Ordering::Relaxed)
-            .saturating_sub(self.open_writers_max)
+            .saturating_sub(self.open_writers_max.get())
     }
 
     /// How many writers are parked past their bound (0 if none).
@@ -146,12 +202,14 @@ impl Logs {
             .saturating_sub(self.parked_writers_max)
     }
 
-    /// How many writers are kept open and parked.
-    pub fn bounds(&self) -> WriterBounds {
-        WriterBounds {
-            open: self.open_writers_max,
-            parked: self.parked_writers_max,
-        }
+    /// How many writers are kept open now.
+    pub fn open_bound(&self) -> usize {
+        self.open_writers_max.get()
+    }
+
+    /// How many writers are kept parked.
+    pub fn parked_bound(&self) -> usize {
+        self.parked_writers_max
     }
 
     /// Writers open now.
@@ -202,5 +260,25 @@ impl Logs {
     /// Every stored log's handle.
     pub fn list(&self) -> syncline_storage::Result<Vec<String>> {
         self.store().list_shapes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_bound_leaves_logs_what_connections_do_not_take() {
+        let connections = Arc::new(AtomicUsize::new(0));
+        let bound = OpenBound::Shared {
+            open_files: 20_000,
+            connections: connections.clone(),
+        };
+        assert_eq!(bound.get(), 2_500, "three quarters of 20,000, six each");
+        connections.store(3_650, Ordering::Relaxed);
+        assert_eq!(bound.get(), 1_891);
+        connections.store(15_000, Ordering::Relaxed);
+        assert_eq!(bound.get(), OPEN_WRITERS_MIN, "never below the minimum");
+        assert_eq!(OpenBound::Fixed(7).get(), 7);
     }
 }

@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::postgres::Postgres;
 pub use command::{Command, MoveInRows, Reflected, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
-pub use logs::{Logs, WriterBounds};
+pub use logs::{Logs, OpenBound, WriterBounds};
 pub use meta::ShapeMeta;
 pub use meta::{MetaDir, ViewRecord, META_VERSION};
 use registry::Registry;
@@ -760,15 +760,22 @@ impl Shapes {
     /// Keeps the writers within their bounds: parks the least recently used idle ones while
     /// more than the bound are open (a parked writer holds no file descriptor and resumes
     /// without reading its log), and closes the least recently used parked ones while more
-    /// than their bound are parked. Closing syncs the files written since their last sync, so
-    /// this runs on the blocking pool.
+    /// than their bound are parked; parks every idle one when descriptors ran out
+    /// ([`Logs::shed`]). Closing syncs the files written since their last sync, so this runs
+    /// on the blocking pool.
     pub async fn trim_writers(self: &Arc<Self>) {
-        if self.logs.open_writers_over() == 0 && self.logs.parked_writers_over() == 0 {
+        let shed = self.logs.take_shed();
+        if !shed && self.logs.open_writers_over() == 0 && self.logs.parked_writers_over() == 0 {
             return;
         }
         let shapes = self.clone();
         let (parked, closed) = tokio::task::spawn_blocking(move || {
-            (shapes.park_writers(false), shapes.close_parked_writers())
+            let parked = if shed {
+                shapes.park_unused_writers(u64::MAX)
+            } else {
+                shapes.park_writers(false)
+            };
+            (parked, shapes.close_parked_writers())
         })
         .await
         .unwrap_or((0, 0));
@@ -779,6 +786,11 @@ impl Shapes {
             parked_now = self.logs.parked_writers(),
             "idle shape logs parked and closed"
         );
+    }
+
+    /// The process ran out of file descriptors: every idle open writer is parked soon.
+    pub fn descriptors_short(&self) {
+        self.logs.shed();
     }
 
     /// How many shape log writers are open, and how many parked.
@@ -835,7 +847,7 @@ impl Shapes {
     pub fn park_writers(&self, busy_too: bool) -> usize {
         self.trim_least_recently_used(
             self.logs.open_writers_over(),
-            self.logs.bounds().open,
+            self.logs.open_bound(),
             ShapeWriter::open_since,
             |_, writer| writer.park(busy_too),
         )
@@ -846,7 +858,7 @@ impl Shapes {
     pub fn close_parked_writers(&self) -> usize {
         self.trim_least_recently_used(
             self.logs.parked_writers_over(),
-            self.logs.bounds().parked,
+            self.logs.parked_bound(),
             ShapeWriter::parked_since,
             |shape, writer| match writer.close_if_idle() {
                 Ok(closed) => closed.is_some(),
