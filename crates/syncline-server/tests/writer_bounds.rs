@@ -390,7 +390,7 @@ async fn open_logs_leave_their_descriptors_to_connections() {
 async fn connections_short_of_descriptors_make_idle_logs_close() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const LIMIT: usize = 256;
-    const SHAPES: usize = 36;
+    const SHAPES: usize = 28;
     const CONNECTIONS: usize = 120;
     let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
         .await
