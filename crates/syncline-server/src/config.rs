@@ -114,7 +114,7 @@ pub struct Config {
     /// Shape logs kept open at once (each holds up to six file descriptors); past it the least
     /// recently used idle ones are parked: their files are closed and their writer's state is
     /// kept, so the next change resumes them without reading the log. Default: as many as the
-    /// descriptors the open connections leave allow (a quarter of the open-files limit kept
+    /// descriptors the open connections leave allow (a quarter of the open-files limit, at least 256, kept
     /// for everything else, six per log), at least 16; logs past it are parked as connections
     /// come.
     #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]

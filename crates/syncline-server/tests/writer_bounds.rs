@@ -313,11 +313,12 @@ async fn change_reaches_every_shape(
 /// reaches every shape.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_logs_leave_their_descriptors_to_connections() {
-    const LIMIT: usize = 512;
-    const SHAPES: usize = 50;
-    const CONNECTIONS: usize = 250;
-    // Three quarters of the limit, less the connections, at six descriptors per log.
-    let bound_with = |connections: usize| (LIMIT - LIMIT / 4 - connections) / 6;
+    const LIMIT: usize = 1024;
+    const SHAPES: usize = 100;
+    const CONNECTIONS: usize = 400;
+    // The limit less a quarter of it (at least 256), less the connections, at six descriptors
+    // per log.
+    let bound_with = |connections: usize| (LIMIT - 256 - connections) / 6;
     assert!(SHAPES > LIMIT / 16 && SHAPES < bound_with(2));
     let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
         .await

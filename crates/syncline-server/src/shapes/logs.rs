@@ -51,14 +51,17 @@ pub struct WriterBounds {
 const OPEN_WRITER_DESCRIPTORS: usize = 6;
 /// Open writers kept whatever the descriptors.
 const OPEN_WRITERS_MIN: usize = 16;
+/// Descriptors a shared bound leaves to everything but logs and connections, at least.
+const RESERVED_DESCRIPTORS_MIN: usize = 256;
 
 /// How many writers are kept open.
 #[derive(Debug, Clone)]
 pub enum OpenBound {
     /// This many.
     Fixed(usize),
-    /// As many as the descriptors the connections leave allow: of `open_files`, a quarter is
-    /// kept for everything else (Postgres connections, readers, a burst of new connections),
+    /// As many as the descriptors the connections leave allow: of `open_files`, a quarter (at
+    /// least 256) is kept for everything else (Postgres connections, readers, a burst of new
+    /// connections),
     /// one goes to each connection open now (`connections`), and six to each writer; at least
     /// 16. Writers past it are parked as connections come, and every idle one when accepting a
     /// connection finds no descriptor ([`Logs::shed`]).
@@ -80,7 +83,7 @@ impl OpenBound {
                 connections,
             } => {
                 let left = open_files
-                    .saturating_sub(open_files / 4)
+                    .saturating_sub((open_files / 4).max(RESERVED_DESCRIPTORS_MIN))
                     .saturating_sub(connections.load(Ordering::Relaxed));
                 (left / OPEN_WRITER_DESCRIPTORS).max(OPEN_WRITERS_MIN)
             }
@@ -279,6 +282,11 @@ mod tests {
         assert_eq!(bound.get(), 1_891);
         connections.store(15_000, Ordering::Relaxed);
         assert_eq!(bound.get(), OPEN_WRITERS_MIN, "never below the minimum");
+        let small = OpenBound::Shared {
+            open_files: 1_024,
+            connections: Arc::new(AtomicUsize::new(100)),
+        };
+        assert_eq!(small.get(), 111, "256 kept for the rest at a small limit");
         assert_eq!(OpenBound::Fixed(7).get(), 7);
     }
 }
