@@ -253,56 +253,119 @@ async fn idle_writers_are_parked_and_resume() {
     }
 }
 
-/// `syncline_shape_logs_open` from the server's `/metrics`.
-async fn logs_open(http: &reqwest::Client, port: u16) -> usize {
-    let text = http
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("syncline_shape_logs_open "))
-        .unwrap_or_else(|| panic!("no open-logs gauge in {text}"));
-    line.split(' ').nth(1).unwrap().parse().unwrap()
+/// A server run under an open-files limit, its cluster with table `items (id, v)`, and shapes
+/// on it (query, handle, offset), each in every row. Fields drop in order: the server first,
+/// the cluster last.
+struct Limited {
+    server: common::process::Syncline,
+    http: reqwest::Client,
+    port: u16,
+    shapes: Vec<(String, String, String)>,
+    db: tokio_postgres::Client,
+    _storage: tempfile::TempDir,
+    _cluster: syncline_testkit::PgCluster,
 }
 
-/// Inserts row `id` with `v` and follows every shape until it has it.
-async fn change_reaches_every_shape(
-    http: &reqwest::Client,
-    db: &tokio_postgres::Client,
-    server: &common::process::Syncline,
-    shapes: &mut [(String, String, String)],
-    id: i32,
-    v: &str,
-) {
-    db.execute("INSERT INTO items VALUES ($1, $2)", &[&id, &v])
-        .await
-        .unwrap();
-    for (query, handle, offset) in shapes.iter_mut() {
-        let started = Instant::now();
-        loop {
-            let url = server.url(&format!("{query}&offset={offset}&handle={handle}"));
-            let reply = http.get(url).send().await.unwrap();
+impl Limited {
+    /// Starts the server with `ulimit -n limit` (and `SYNCLINE_OPEN_LOGS_MAX` if given) and
+    /// makes `shapes` shapes.
+    async fn start(limit: usize, open_logs_max: Option<usize>, shapes: usize) -> Limited {
+        let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
+            .await
+            .unwrap();
+        let db = cluster.connect("postgres").await;
+        db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
+            .await
+            .unwrap();
+        let storage = tempfile::tempdir().unwrap();
+        let mut command = std::process::Command::new("sh");
+        command
+            .args(["-c", &format!("ulimit -n {limit} && exec \"$0\" serve")])
+            .arg(env!("CARGO_BIN_EXE_syncline"));
+        if let Some(max) = open_logs_max {
+            command.env("SYNCLINE_OPEN_LOGS_MAX", max.to_string());
+        }
+        let port = common::process::free_port();
+        let server = common::process::Syncline::spawn(
+            command,
+            &cluster.connection_string("postgres"),
+            &storage.path().join("data"),
+            port,
+            &storage.path().join("server.log"),
+        );
+        let http = reqwest::Client::new();
+        server.wait_active(&http).await;
+        let mut made = Vec::new();
+        for k in 0..shapes {
+            let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
+            let reply = http
+                .get(server.url(&format!("{query}&offset=-1")))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(reply.status(), 200);
-            *offset = reply.headers()["electric-offset"]
-                .to_str()
-                .unwrap()
-                .to_owned();
-            let body: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
-            if body
-                .as_array()
-                .is_some_and(|m| m.iter().any(|m| m["value"]["v"] == v))
-            {
-                break;
+            let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
+            made.push((query, header("electric-handle"), header("electric-offset")));
+        }
+        Limited {
+            server,
+            http,
+            port,
+            shapes: made,
+            db,
+            _storage: storage,
+            _cluster: cluster,
+        }
+    }
+
+    /// `syncline_shape_logs_open` from the server's `/metrics`.
+    async fn logs_open(&self) -> usize {
+        let text = self
+            .http
+            .get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("syncline_shape_logs_open "))
+            .unwrap_or_else(|| panic!("no open-logs gauge in {text}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Inserts row `id` with `v` and follows every shape until it has it.
+    async fn change_reaches_every_shape(&mut self, id: i32, v: &str) {
+        self.db
+            .execute("INSERT INTO items VALUES ($1, $2)", &[&id, &v])
+            .await
+            .unwrap();
+        for (query, handle, offset) in &mut self.shapes {
+            let started = Instant::now();
+            loop {
+                let url = self
+                    .server
+                    .url(&format!("{query}&offset={offset}&handle={handle}"));
+                let reply = self.http.get(url).send().await.unwrap();
+                assert_eq!(reply.status(), 200);
+                *offset = reply.headers()["electric-offset"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                let body: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+                if body
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["value"]["v"] == v))
+                {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "{query} never got {v}"
+                );
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{query} never got {v}"
-            );
         }
     }
 }
@@ -320,43 +383,10 @@ async fn open_logs_leave_their_descriptors_to_connections() {
     // per log.
     let bound_with = |connections: usize| (LIMIT - 256 - connections) / 6;
     assert!(SHAPES > LIMIT / 16 && SHAPES < bound_with(2));
-    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
-        .await
-        .unwrap();
-    let db = cluster.connect("postgres").await;
-    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
-        .await
-        .unwrap();
-    let storage = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new("sh");
-    command
-        .args(["-c", &format!("ulimit -n {LIMIT} && exec \"$0\" serve")])
-        .arg(env!("CARGO_BIN_EXE_syncline"));
-    let port = common::process::free_port();
-    let server = common::process::Syncline::spawn(
-        command,
-        &cluster.connection_string("postgres"),
-        &storage.path().join("data"),
-        port,
-        &storage.path().join("server.log"),
-    );
-    let http = reqwest::Client::new();
-    server.wait_active(&http).await;
-    let mut shapes = Vec::new();
-    for k in 0..SHAPES {
-        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
-        let reply = http
-            .get(server.url(&format!("{query}&offset=-1")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(reply.status(), 200);
-        let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
-        shapes.push((query, header("electric-handle"), header("electric-offset")));
-    }
-    change_reaches_every_shape(&http, &db, &server, &mut shapes, 1, "first").await;
+    let mut l = Limited::start(LIMIT, None, SHAPES).await;
+    l.change_reaches_every_shape(1, "first").await;
     assert_eq!(
-        logs_open(&http, port).await,
+        l.logs_open().await,
         SHAPES,
         "every log the change opened stays open while descriptors allow"
     );
@@ -364,23 +394,23 @@ async fn open_logs_leave_their_descriptors_to_connections() {
     let mut idle = Vec::new();
     for _ in 0..CONNECTIONS {
         idle.push(
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
+            tokio::net::TcpStream::connect(("127.0.0.1", l.port))
                 .await
                 .unwrap(),
         );
     }
     let started = Instant::now();
-    let mut open = logs_open(&http, port).await;
+    let mut open = l.logs_open().await;
     while open > bound_with(CONNECTIONS) && started.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        open = logs_open(&http, port).await;
+        open = l.logs_open().await;
     }
     assert!(
         open <= bound_with(CONNECTIONS),
         "{open} logs open with {CONNECTIONS} connections; at most {} leave them descriptors",
         bound_with(CONNECTIONS)
     );
-    change_reaches_every_shape(&http, &db, &server, &mut shapes, 2, "second").await;
+    l.change_reaches_every_shape(2, "second").await;
     drop(idle);
 }
 
@@ -393,48 +423,14 @@ async fn connections_short_of_descriptors_make_idle_logs_close() {
     const LIMIT: usize = 256;
     const SHAPES: usize = 28;
     const CONNECTIONS: usize = 120;
-    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
-        .await
-        .unwrap();
-    let db = cluster.connect("postgres").await;
-    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
-        .await
-        .unwrap();
-    let storage = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new("sh");
-    command
-        .args(["-c", &format!("ulimit -n {LIMIT} && exec \"$0\" serve")])
-        .arg(env!("CARGO_BIN_EXE_syncline"))
-        .env("SYNCLINE_OPEN_LOGS_MAX", "1000");
-    let port = common::process::free_port();
-    let server = common::process::Syncline::spawn(
-        command,
-        &cluster.connection_string("postgres"),
-        &storage.path().join("data"),
-        port,
-        &storage.path().join("server.log"),
-    );
-    let http = reqwest::Client::new();
-    server.wait_active(&http).await;
-    let mut shapes = Vec::new();
-    for k in 0..SHAPES {
-        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
-        let reply = http
-            .get(server.url(&format!("{query}&offset=-1")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(reply.status(), 200);
-        let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
-        shapes.push((query, header("electric-handle"), header("electric-offset")));
-    }
-    change_reaches_every_shape(&http, &db, &server, &mut shapes, 1, "first").await;
-    assert_eq!(logs_open(&http, port).await, SHAPES);
+    let mut l = Limited::start(LIMIT, Some(1000), SHAPES).await;
+    l.change_reaches_every_shape(1, "first").await;
+    assert_eq!(l.logs_open().await, SHAPES);
 
     let mut streams = Vec::new();
     for _ in 0..CONNECTIONS {
         streams.push(
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
+            tokio::net::TcpStream::connect(("127.0.0.1", l.port))
                 .await
                 .unwrap(),
         );
@@ -452,9 +448,9 @@ async fn connections_short_of_descriptors_make_idle_logs_close() {
         assert_eq!(&head, b"HTTP/1.1 200", "connection {i}");
     }
     assert!(
-        logs_open(&http, port).await < SHAPES,
+        l.logs_open().await < SHAPES,
         "idle logs were parked for the connections"
     );
     drop(streams);
-    change_reaches_every_shape(&http, &db, &server, &mut shapes, 2, "second").await;
+    l.change_reaches_every_shape(2, "second").await;
 }
