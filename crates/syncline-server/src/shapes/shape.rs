@@ -118,11 +118,17 @@ impl Shape {
     }
 
     /// Follows the table as the catalog describes it `now`, if the shape still fits it (a
-    /// change the shape does not survive is handled by invalidating it).
+    /// change the shape does not survive is handled by invalidating it). A description the
+    /// shape already follows costs a comparison: Postgres describes a table again on every
+    /// new replication session, and every shape on it hears of it.
     pub fn refresh(&self, now: &Arc<RelationDesc>) {
-        if now.oid == self.relation.oid && self.definition.fits(&self.relation, now) {
+        let follows = |current: &Arc<RelationDesc>| Arc::ptr_eq(current, now) || **current == **now;
+        if now.oid != self.relation.oid || follows(&self.schema_relation()) {
+            return;
+        }
+        if self.definition.fits(&self.relation, now) {
             let mut current = self.current.lock().expect("current relation lock");
-            if **current != **now {
+            if !follows(&current) {
                 *current = now.clone();
             }
         }
