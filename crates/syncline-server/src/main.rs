@@ -52,8 +52,22 @@ Example:
 /// open shape log and every connection holds descriptors.
 const OPEN_FILES_WANTED: u64 = 1 << 20;
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(syncline_where::IN_PLACE_THREAD_STACK_BYTES)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("syncline could not start its async runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Parses the command line, sets up logging, and serves until SIGTERM or SIGINT.
+async fn run() {
     let Cli {
         command: Command::Serve(config),
     } = Cli::parse();

@@ -254,3 +254,62 @@ async fn a_subset_clause_never_sees_rows_outside_its_shape() {
             .all(|m| m["value"]["owner_id"] == "alice"));
     }
 }
+
+/// The binary parses where clauses on its runtime's own threads, whose stacks are sized for
+/// the deepest parse (no stack is mapped for each clause): clauses nested up to and past the
+/// parser's limit are answered, 200 or 400 with the parser's message, and the server lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_answers_clauses_nested_to_the_parsers_limit() {
+    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, i4 int4)")
+        .await
+        .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let mut server = common::process::Syncline::start(
+        &cluster.connection_string("postgres"),
+        &storage.path().join("data"),
+        common::process::free_port(),
+        &storage.path().join("server.log"),
+    );
+    let http = reqwest::Client::new();
+    server.wait_active(&http).await;
+    let deep =
+        |open: &str, close: &str, n: usize| format!("{}i4 = 1{}", open.repeat(n), close.repeat(n));
+    let sum = |terms: usize| format!("{}i4 = 1", "i4 + ".repeat(terms));
+    for (text, want) in [
+        (deep("(", ")", 300), Some(200)),
+        (sum(20), Some(200)),
+        (deep("NOT ", "", 300), Some(400)),
+        (sum(40), Some(400)),
+        (deep("NOT ", "", 2_000), None),
+        (deep("lower(", ")", 500), None),
+        (deep("- ", "", 2_000).replace("i4 = 1", "i4") + " = 1", None),
+    ] {
+        let reply = http
+            .get(format!("http://127.0.0.1:{}/v1/shape", server.port))
+            .query(&[("table", "items"), ("offset", "-1"), ("where", &text)])
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("no answer to a clause {} bytes long: {e}", text.len()));
+        let status = reply.status().as_u16();
+        match want {
+            Some(want) => assert_eq!(status, want, "{}…", &text[..40]),
+            None => assert!(
+                status == 200 || status == 400,
+                "{status} for {}…",
+                &text[..40]
+            ),
+        }
+        if status == 400 {
+            let body = reply.text().await.unwrap();
+            assert!(body.contains("where"), "{body}");
+        }
+    }
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server is still running"
+    );
+}

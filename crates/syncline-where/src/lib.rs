@@ -88,6 +88,10 @@ const PARSE_STACK_RED_ZONE_BYTES: usize = 8 << 20;
 /// Size of the stack parsing and checking switch to when the current one has less than
 /// [`PARSE_STACK_RED_ZONE_BYTES`] left.
 const PARSE_STACK_BYTES: usize = 16 << 20;
+/// A thread stack of at least this size parses and checks clauses on itself (unless it is
+/// already deep in recursion): no stack is mapped and unmapped for the call. Servers give
+/// their runtime's threads this much; only what a thread touches becomes resident.
+pub const IN_PLACE_THREAD_STACK_BYTES: usize = PARSE_STACK_RED_ZONE_BYTES + (8 << 20);
 
 /// A checked where clause.
 #[derive(Debug, Clone)]
