@@ -81,19 +81,21 @@ impl Slot {
     }
 }
 
-/// Columns a shape needs from the table: selected, key and where-clause columns.
-fn needed_columns(slot: &Slot, relation: &RelationDesc) -> Vec<String> {
-    let mut names = slot.shape.definition.columns.clone();
-    names.extend(relation.primary_key().iter().map(|c| c.name.clone()));
-    if let Some(filter) = &slot.filter {
-        names.extend(
-            filter
-                .columns()
-                .into_iter()
-                .map(|i| relation.columns[i].name.clone()),
-        );
-    }
-    names
+/// Whether a shape loses a column it needs from the table (selected or where-clause; the key
+/// is checked once for all, by the caller) when the stream lays the table's columns out as
+/// `layout` (for each column of `relation`, its position now, `None` if gone). Checked for
+/// every shape on the table whenever Postgres describes it, so it allocates next to nothing.
+fn loses_a_column(slot: &Slot, relation: &RelationDesc, layout: &[Option<usize>]) -> bool {
+    let gone = |name: &str| {
+        relation
+            .column(name)
+            .is_none_or(|(i, _)| layout[i].is_none())
+    };
+    slot.shape.definition.columns.iter().any(|c| gone(c))
+        || slot
+            .filter
+            .as_ref()
+            .is_some_and(|f| f.columns().into_iter().any(|i| layout[i].is_none()))
 }
 
 /// A table with shapes.
@@ -176,18 +178,20 @@ impl Table {
                     (&c.name, c.pg_type.oid, c.type_mod) != (&m.name, m.type_oid, m.type_mod)
                 })
         };
+        let key_gone = self.relation.primary_key().iter().any(|c| {
+            self.relation
+                .column(&c.name)
+                .is_none_or(|(i, _)| layout[i].is_none())
+        });
         let broken = self
             .slots
             .iter()
             .filter(|(_, slot)| {
                 renamed
+                    || key_gone
                     || (!slot.shape.definition.explicit_columns
                         && whole_table_changed(&slot.shape.relation))
-                    || needed_columns(slot, &self.relation).iter().any(|name| {
-                        self.relation
-                            .column(name)
-                            .is_none_or(|(i, _)| layout[i].is_none())
-                    })
+                    || loses_a_column(slot, &self.relation, &layout)
             })
             .map(|(&id, _)| id)
             .collect();
