@@ -24,7 +24,7 @@ mod shape;
 mod shared_read;
 mod writer;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -951,19 +951,19 @@ impl Shapes {
     /// and created again under its name, or of a partitioned table that gained or lost a
     /// partition, are deleted (their clients refetch).
     pub async fn check_tables(&self) -> Result<(), PgError> {
-        let mut tables: Vec<(u32, String, String)> = self
-            .all()
-            .iter()
-            .map(|s| {
-                (
-                    s.relation.oid,
-                    s.relation.schema.clone(),
-                    s.relation.name.clone(),
-                )
-            })
-            .collect();
-        tables.sort();
-        tables.dedup();
+        // Every few seconds over every shape: each table's names are copied once, not once
+        // per shape.
+        let tables: Vec<(u32, String, String)> = {
+            let shapes = self.all();
+            let distinct: BTreeSet<(u32, &str, &str)> = shapes
+                .iter()
+                .map(|s| (s.relation.oid, &*s.relation.schema, &*s.relation.name))
+                .collect();
+            distinct
+                .into_iter()
+                .map(|(oid, schema, name)| (oid, schema.to_owned(), name.to_owned()))
+                .collect()
+        };
         for (oid, schema, name) in tables {
             let partitions = self.postgres.partitions(oid).await?;
             let before = self
