@@ -138,84 +138,8 @@ async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
 /// the open bound close their files at once, keeping their locks, and every shape gets the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_change_reaching_more_shapes_than_descriptors_allow() {
-    const MANY: usize = 120;
-    let cluster = tokio::task::spawn_blocking(syncline_testkit::PgCluster::start)
-        .await
-        .unwrap();
-    let db = cluster.connect("postgres").await;
-    db.batch_execute("CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL);")
-        .await
-        .unwrap();
-    let storage = tempfile::tempdir().unwrap();
-    let log = storage.path().join("server.log");
-    let mut command = std::process::Command::new("sh");
-    command
-        .args(["-c", "ulimit -n 256 && exec \"$0\" serve"])
-        .arg(env!("CARGO_BIN_EXE_syncline"))
-        .env("SYNCLINE_OPEN_LOGS_MAX", "4");
-    let port = common::process::free_port();
-    let server = common::process::Syncline::spawn(
-        command,
-        &cluster.connection_string("postgres"),
-        &storage.path().join("data"),
-        port,
-        &log,
-    );
-    let http = reqwest::Client::new();
-    server.wait_active(&http).await;
-    let get = |url: String| {
-        let http = http.clone();
-        async move {
-            let r = http.get(url).send().await.unwrap();
-            let status = r.status().as_u16();
-            let headers = r.headers().clone();
-            let text = r.text().await.unwrap_or_default();
-            let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-            (status, headers, body)
-        }
-    };
-    let mut shapes = Vec::new();
-    for k in 0..MANY {
-        let query = format!("table=items&where=v%20%3C%3E%20%27x{k}%27");
-        let (status, headers, _) = get(server.url(&format!("{query}&offset=-1"))).await;
-        assert_eq!(status, 200);
-        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
-        shapes.push((query, header("electric-handle"), header("electric-offset")));
-    }
-    db.execute("INSERT INTO items VALUES (1, 'new')", &[])
-        .await
-        .unwrap();
-    for (query, handle, mut offset) in shapes {
-        let started = Instant::now();
-        loop {
-            let url = server.url(&format!("{query}&offset={offset}&handle={handle}"));
-            let (status, headers, body) = get(url).await;
-            let server_log = std::fs::read_to_string(&log).unwrap_or_default();
-            assert_eq!(
-                status,
-                200,
-                "{body}; server log: {}",
-                server_log
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            let got = body
-                .as_array()
-                .is_some_and(|m| m.iter().any(|m| m["value"]["v"] == "new"));
-            if got {
-                break;
-            }
-            offset = headers["electric-offset"].to_str().unwrap().to_owned();
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{query} never got the row"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let mut l = Limited::start(256, Some(4), 120).await;
+    l.change_reaches_every_shape(1, "new").await;
 }
 
 /// Writers left unwritten for the idle park interval are parked, well within every bound, so
@@ -262,7 +186,7 @@ struct Limited {
     port: u16,
     shapes: Vec<(String, String, String)>,
     db: tokio_postgres::Client,
-    _storage: tempfile::TempDir,
+    storage: tempfile::TempDir,
     _cluster: syncline_testkit::PgCluster,
 }
 
@@ -313,7 +237,7 @@ impl Limited {
             port,
             shapes: made,
             db,
-            _storage: storage,
+            storage,
             _cluster: cluster,
         }
     }
@@ -349,7 +273,14 @@ impl Limited {
                     .server
                     .url(&format!("{query}&offset={offset}&handle={handle}"));
                 let reply = self.http.get(url).send().await.unwrap();
-                assert_eq!(reply.status(), 200);
+                if reply.status() != 200 {
+                    let status = reply.status();
+                    let body = reply.text().await.unwrap_or_default();
+                    let log = std::fs::read_to_string(self.storage.path().join("server.log"))
+                        .unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                    panic!("{query}: {status} {body}; server log: {}", tail.join("\n"));
+                }
                 *offset = reply.headers()["electric-offset"]
                     .to_str()
                     .unwrap()
