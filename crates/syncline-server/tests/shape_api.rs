@@ -438,6 +438,55 @@ async fn sse_streams_batches_until_the_shape_goes() {
     assert_eq!(after.status, 409);
 }
 
+/// A shape deleted while its SSE streams are reading its log ends every stream as a shape
+/// that is gone does (cleanly; the reconnect gets 409), never with a broken response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_reading_when_the_shape_goes_end_cleanly() {
+    const ROUNDS: usize = 5;
+    const STREAMS: usize = 20;
+    const COMMITS: usize = 40;
+    let f = fixture(ITEMS).await;
+    for round in 0..ROUNDS {
+        let (handle, offset, _) = f.sync("table=items").await;
+        let url = format!(
+            "http://{}/v1/shape?table=items&offset={offset}&handle={handle}&live=true&live_sse=true",
+            f.server.addr
+        );
+        let streams = futures_util::future::join_all((0..STREAMS).map(|_| {
+            f.http
+                .get(&url)
+                .header("accept", "text/event-stream")
+                .send()
+        }))
+        .await;
+        // Each commit wakes every stream to read; the truncate lands while they do.
+        let mut writes: String = (0..COMMITS)
+            .map(|i| {
+                let id = 100 + round * COMMITS + i;
+                format!("BEGIN; INSERT INTO items VALUES ({id}, 'x', true, {id}); COMMIT; ")
+            })
+            .collect();
+        writes.push_str("TRUNCATE items");
+        f.db.batch_execute(&writes).await.unwrap();
+        for stream in streams {
+            let mut stream = stream.unwrap();
+            assert_eq!(stream.status(), 200);
+            let ended = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    match stream.chunk().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return Ok(()),
+                        Err(e) => return Err(e),
+                    }
+                }
+            })
+            .await
+            .expect("the stream ends when the shape goes");
+            assert!(ended.is_ok(), "round {round}: the stream broke: {ended:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_turns_away_excess_requests_and_metrics_count_them() {
     let f = common::fixture_with(ITEMS, |c| {

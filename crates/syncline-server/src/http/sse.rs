@@ -106,6 +106,9 @@ async fn stream(
                     continue;
                 }
                 Ok(None) => {}
+                // The shape went away during the read (its files are deleted with it): the
+                // stream ends as it does for a shape that is gone, cleanly.
+                Err(_) if shape.state().gone => return,
                 Err(e) => {
                     tracing::warn!(handle = %shape.handle, error = %e, "shape log read failed");
                     let _ = batches.send(Err(e)).await;
