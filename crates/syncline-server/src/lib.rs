@@ -23,6 +23,7 @@ pub mod postgres;
 pub mod progress;
 pub mod replicate;
 pub mod shapes;
+mod shared_lookup;
 pub mod snapshot;
 pub mod startup;
 pub mod state;

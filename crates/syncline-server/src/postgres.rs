@@ -1,7 +1,9 @@
 //! Postgres access for everything but the replication stream: the catalog connection, query
 //! connections for snapshots and subsets (bounded by `ELECTRIC_DB_POOL_SIZE`), relation
-//! loading and publication membership.
+//! loading and publication membership. Catalog lookups that requests make at the same time
+//! share their round trips ([`SharedLookups`]), and a table is published once per process.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,8 @@ use syncline_pg::wire::{Mode, WireConnection};
 use syncline_pg::{ConnConfig, PgResult};
 use tokio::sync::{AcquireError, Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::Client;
+
+use crate::shared_lookup::SharedLookups;
 
 /// What decides whether shapes may be made on a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +48,15 @@ pub struct Postgres {
     idle: std::sync::Mutex<Vec<(String, Instant, WireConnection)>>,
     pool_size: usize,
     admin: Mutex<Option<Client>>,
+    /// Tables described by name, for the requests asking at the same time.
+    relations: SharedLookups<(String, String), Option<RelationDesc>>,
+    /// Table facts by OID, likewise.
+    facts: SharedLookups<u32, TableFacts>,
+    /// Publishing by OID, likewise.
+    publishing: SharedLookups<u32, ()>,
+    /// Tables this process has published (with `REPLICA IDENTITY FULL`); it never unpublishes
+    /// one, and a table created again has a new OID.
+    published: std::sync::Mutex<HashSet<u32>>,
 }
 
 impl Postgres {
@@ -57,6 +70,10 @@ impl Postgres {
             idle: std::sync::Mutex::new(Vec::new()),
             pool_size,
             admin: Mutex::new(None),
+            relations: SharedLookups::default(),
+            facts: SharedLookups::default(),
+            publishing: SharedLookups::default(),
+            published: std::sync::Mutex::new(HashSet::new()),
         }
     }
 
@@ -140,29 +157,64 @@ impl Postgres {
         .await
     }
 
-    /// Adds `relation` to the publication (with `REPLICA IDENTITY FULL`) unless it is in it.
+    /// Adds `relation` to the publication (with `REPLICA IDENTITY FULL`) unless it is in it;
+    /// once done, later calls for the table cost nothing.
     pub async fn publish(&self, relation: &RelationDesc) -> PgResult<()> {
-        self.with_admin(async |c| {
-            syncline_pg::publication::add_table(
-                c,
-                &self.publication,
-                &relation.schema,
-                &relation.name,
-                true,
-            )
+        let is_published = || {
+            self.published
+                .lock()
+                .expect("published lock")
+                .contains(&relation.oid)
+        };
+        if is_published() {
+            return Ok(());
+        }
+        self.publishing
+            .get(&relation.oid, async || {
+                if is_published() {
+                    return Ok(());
+                }
+                self.with_admin(async |c| {
+                    syncline_pg::publication::add_table(
+                        c,
+                        &self.publication,
+                        &relation.schema,
+                        &relation.name,
+                        true,
+                    )
+                    .await
+                })
+                .await?;
+                self.published
+                    .lock()
+                    .expect("published lock")
+                    .insert(relation.oid);
+                Ok(())
+            })
             .await
-        })
-        .await
     }
 
     /// Describes `schema.table`, `None` if there is no such table.
     pub async fn load_relation(&self, schema: &str, table: &str) -> PgResult<Option<RelationDesc>> {
-        self.with_admin(async |c| syncline_pg::catalog::load_relation(c, schema, table).await)
+        let key = (schema.to_owned(), table.to_owned());
+        self.relations
+            .get(&key, async || {
+                self.with_admin(async |c| {
+                    syncline_pg::catalog::load_relation(c, schema, table).await
+                })
+                .await
+            })
             .await
     }
 
     /// What decides whether shapes may be made on the table `oid`.
     pub async fn table_facts(&self, oid: u32) -> PgResult<TableFacts> {
+        self.facts
+            .get(&oid, async || self.read_table_facts(oid).await)
+            .await
+    }
+
+    async fn read_table_facts(&self, oid: u32) -> PgResult<TableFacts> {
         self.with_admin(async |c| {
             let row = c
                 .query_one(

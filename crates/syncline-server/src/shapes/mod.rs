@@ -600,6 +600,15 @@ impl Shapes {
         }
         match self.postgres.publish(relation).await {
             Ok(()) => {
+                // Known since the table's first shape; the table checks follow changes.
+                let known = self
+                    .partitions
+                    .lock()
+                    .expect("partitions lock")
+                    .contains_key(&relation.oid);
+                if known {
+                    return Ok(());
+                }
                 let partitions = self.postgres.partitions(relation.oid).await?;
                 self.partitions
                     .lock()
