@@ -7,7 +7,7 @@ use syncline_core::{wire, LogOffset};
 use syncline_pg::snapshot::{RowEncoder, Snapshot, SnapshotQuery};
 use syncline_pg::{ErrorKind, PgError};
 use syncline_storage::{Message, Operation, StorageError};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::metrics::{Metrics, SnapshotLabels};
 use crate::postgres::Postgres;
@@ -135,9 +135,9 @@ impl Snapshotter {
         let permit = self.postgres.query_permit().await;
         metrics.snapshots_waiting.dec();
         let result = match permit {
-            Ok(_permit) => {
+            Ok(permit) => {
                 metrics.snapshots_running.inc();
-                let result = self.take(&shape).await;
+                let result = self.take(&shape, permit).await;
                 metrics.snapshots_running.dec();
                 result
             }
@@ -148,7 +148,13 @@ impl Snapshotter {
         }
     }
 
-    async fn take(&self, shape: &Arc<Shape>) -> Result<(), SnapshotError> {
+    /// Takes the snapshot on a connection `permit` allows, given back as soon as the rows are
+    /// read: closing the log and making it durable wait on the disk, not on Postgres.
+    async fn take(
+        &self,
+        shape: &Arc<Shape>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), SnapshotError> {
         let definition = &shape.definition;
         let pooled = self.postgres.query_connection(APPLICATION_NAME).await?;
         let mut conn = pooled.conn;
@@ -256,6 +262,7 @@ impl Snapshotter {
         if finished {
             self.postgres.reuse(APPLICATION_NAME, conn);
         }
+        drop(permit);
         let mut end = vec![wire::STORED_SEPARATOR];
         end.extend_from_slice(&wire::snapshot_end(&visibility));
         tokio::task::block_in_place(|| {
