@@ -596,6 +596,11 @@ impl ServerProcess {
         self.terminate();
     }
 
+    /// Stops the server like [`stop`](Self::stop), keeping its storage until this is dropped.
+    pub(crate) fn halt(&mut self) {
+        self.terminate();
+    }
+
     fn terminate(&mut self) {
         syncline_testkit::stop_process(&mut self.child, libc::SIGTERM);
     }

@@ -339,6 +339,11 @@ struct Bench {
     db: tokio_postgres::Client,
     /// Points started so far (each own server gets its own replication stream).
     servers: u64,
+    /// Servers of finished points, stopped, their storage kept until the run ends: on ext4
+    /// without a journal, every file created within minutes of a mass deletion first scans
+    /// the inodes just freed (`recently_deleted`), so deleting one point's files would slow
+    /// the next point's shape creation several times over.
+    stopped: Vec<ServerProcess>,
 }
 
 /// A server of one point, with the `/proc` figures read when it became healthy.
@@ -396,6 +401,7 @@ impl Bench {
             target,
             db,
             servers: 0,
+            stopped: Vec::new(),
         })
     }
 
@@ -468,13 +474,14 @@ impl Bench {
         })
     }
 
-    /// Stops `server` if this run started it, drops the replication slots no server uses any
-    /// more (of its own cluster) and the rows the point wrote, so the next point starts from
-    /// the same 500 rows.
-    async fn finish(&self, server: Server) -> Result<(), Error> {
+    /// Stops `server` if this run started it (its storage is deleted when the run ends), drops
+    /// the replication slots no server uses any more (of its own cluster) and the rows the
+    /// point wrote, so the next point starts from the same 500 rows.
+    async fn finish(&mut self, server: Server) -> Result<(), Error> {
         let slots = match server.process {
-            Some(process) => {
-                process.stop();
+            Some(mut process) => {
+                process.halt();
+                self.stopped.push(process);
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active;"
             }
             None => "",
