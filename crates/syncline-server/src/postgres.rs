@@ -149,8 +149,11 @@ impl Postgres {
         result
     }
 
-    /// Creates the publication unless it exists.
+    /// Creates the publication unless it exists. Each pipeline start calls this; what this
+    /// process published before is checked again at the next shape on each table (the
+    /// publication may have been made anew, empty).
     pub async fn ensure_publication(&self) -> PgResult<()> {
+        self.published.lock().expect("published lock").clear();
         self.with_admin(async |c| {
             syncline_pg::publication::ensure_publication(c, &self.publication).await
         })
