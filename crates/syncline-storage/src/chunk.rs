@@ -408,6 +408,12 @@ impl OpenChunk {
     /// them), then the same bytes as one frame to the journal, or only to memory if
     /// `defer_journal` (for the group journal, [`OpenChunk::journal_write`]). Nothing is synced.
     pub fn write_out(&mut self, io: &Io, defer_journal: bool) -> Result<()> {
+        self.write_out_as(io, defer_journal, false)
+    }
+
+    /// [`OpenChunk::write_out`]; with `in_place`, the journal's frame only describes the
+    /// bytes written in place, whatever the journal holds (the caller syncs the chunk files).
+    fn write_out_as(&mut self, io: &Io, defer_journal: bool, in_place: bool) -> Result<()> {
         if self.buffered_bytes() == 0 {
             return Ok(());
         }
@@ -426,7 +432,7 @@ impl OpenChunk {
         // sync covers the chunk files too, so a large flush is not written twice. Until every
         // sync is done nothing is reported durable, and record checksums catch in-place bytes
         // that did not survive.
-        let in_place = self.journaled + self.buffered_bytes() > self.journal_bytes_max;
+        let in_place = in_place || self.journaled + self.buffered_bytes() > self.journal_bytes_max;
         let (flags, parts) = if in_place {
             (FRAME_JSON_IN_PLACE | FRAME_RECORDS_IN_PLACE, [&[][..]; 3])
         } else {
@@ -464,9 +470,11 @@ impl OpenChunk {
 
     /// Writes the buffers and makes the chunk files and the journal durable, when the chunk
     /// closes: its files must be durable before its index entry, and its journal must describe
-    /// all of it while it is not yet indexed (recovery then treats it as the tail).
+    /// all of it while it is not yet indexed (recovery then treats it as the tail). The chunk
+    /// files are synced anyway, so the journal's last frame describes the bytes written in
+    /// place instead of holding a second copy of them.
     pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
-        self.write_out(io, false)?;
+        self.write_out_as(io, false, true)?;
         self.sync(io, true)
     }
 

@@ -534,3 +534,45 @@ fn a_read_only_store_reads_beside_the_writer_and_refuses_every_write() {
     ));
     assert!(dir.path().join("s").exists());
 }
+
+/// A snapshot that closes its chunk before any flush (the common small shape) writes its bytes
+/// once: the chunk files are synced at the close, so the journal describes them in place rather
+/// than holding a second copy.
+#[test]
+fn a_closing_chunk_writes_its_bytes_once() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape("s", &WriterOptions::default()).unwrap();
+    let rows: Vec<Owned> = (0..500)
+        .map(|i| {
+            Owned::new(
+                LogOffset::new(0, i),
+                &format!("k{i}"),
+                Operation::Insert,
+                &"r".repeat(200),
+            )
+        })
+        .collect();
+    w.append(&rows.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+    let end = Owned::new(LogOffset::new(0, 500), "", Operation::Insert, "end");
+    w.complete_snapshot(&end.as_message()).unwrap();
+    let json_bytes = std::fs::metadata(dir.path().join("s/0000000000-0.json"))
+        .unwrap()
+        .len();
+    assert!(json_bytes > 100_000, "the snapshot is in its chunk file");
+    let journal = std::fs::metadata(dir.path().join("s/0000000000.journal")).unwrap();
+    let journal_disk_bytes = journal.blocks() * 512;
+    assert!(
+        journal_disk_bytes < 16 * 1024,
+        "the closed chunk's journal holds {journal_disk_bytes} bytes on disk, not a copy of its {json_bytes} JSON bytes"
+    );
+    w.flush().unwrap();
+    let mut r = store.open_reader("s").unwrap();
+    let (lines, _) = read_all(&mut r, None);
+    let mut all = rows;
+    all.push(end);
+    assert_eq!(lines, lines_of(&all));
+}
