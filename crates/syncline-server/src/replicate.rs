@@ -9,7 +9,7 @@ use syncline_pg::replication::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::pipeline::{Pipeline, Stop};
+use crate::pipeline::{Pipeline, Shortage, Stop};
 use crate::shapes::{Command, Restored, ShapeMeta};
 use crate::state::AppState;
 
@@ -69,11 +69,21 @@ pub async fn replicate(
                 tracing::error!(error = %e, "replication pipeline failed; exiting");
                 std::process::exit(1);
             }
-            Err(Stop::StorageFull {
+            Err(Stop::StoragePaused {
+                shortage,
                 why,
                 commands: queue,
             }) => {
-                tracing::error!(error = %why, "shape storage is full: replication paused, Postgres keeps the WAL; reads are still served");
+                match shortage {
+                    Shortage::Space => {
+                        tracing::error!(error = %why, "shape storage is full: replication paused, Postgres keeps the WAL; reads are still served")
+                    }
+                    Shortage::Descriptors => {
+                        tracing::error!(error = %why, "out of file descriptors for shape logs: replication paused, Postgres keeps the WAL; reads are still served");
+                        // Idle logs give theirs back.
+                        state.shapes.descriptors_short();
+                    }
+                }
                 state.health.storage(Some(why));
                 commands = queue;
                 // Requests made for the stopped pipeline are dropped: their senders give up.

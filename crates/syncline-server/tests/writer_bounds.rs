@@ -262,10 +262,26 @@ impl Limited {
 
     /// Inserts row `id` with `v` and follows every shape until it has it.
     async fn change_reaches_every_shape(&mut self, id: i32, v: &str) {
+        self.insert(id, v).await;
+        self.every_shape_gets(v).await;
+    }
+
+    /// Inserts row `id` with `v`.
+    async fn insert(&self, id: i32, v: &str) {
         self.db
             .execute("INSERT INTO items VALUES ($1, $2)", &[&id, &v])
             .await
             .unwrap();
+    }
+
+    /// The server's log so far.
+    fn server_log(&self) -> String {
+        std::fs::read_to_string(self.storage.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Follows every shape until it has a row with `v`; fails on any answer but 200 (a 409
+    /// would mean the shape was dropped).
+    async fn every_shape_gets(&mut self, v: &str) {
         for (query, handle, offset) in &mut self.shapes {
             let started = Instant::now();
             loop {
@@ -273,6 +289,16 @@ impl Limited {
                     .server
                     .url(&format!("{query}&offset={offset}&handle={handle}"));
                 let reply = self.http.get(url).send().await.unwrap();
+                if reply.status() == 503 {
+                    // Connections just closed may still count against the limit; a client
+                    // tries again.
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "{query}: 503 for 30 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
                 if reply.status() != 200 {
                     let status = reply.status();
                     let body = reply.text().await.unwrap_or_default();
@@ -384,4 +410,45 @@ async fn connections_short_of_descriptors_make_idle_logs_close() {
     );
     drop(streams);
     l.change_reaches_every_shape(2, "second").await;
+}
+
+/// A process out of file descriptors pauses replication rather than dropping shapes: once every
+/// idle log has given its descriptors to connections, a change reaching every shape cannot
+/// open their logs; when the connections go, replication resumes from the slot and the change
+/// reaches every shape, none of which was dropped (no 409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_descriptors_pauses_replication_and_drops_no_shape() {
+    const LIMIT: usize = 256;
+    const SHAPES: usize = 28;
+    const CONNECTIONS: usize = 320;
+    let mut l = Limited::start(LIMIT, Some(1000), SHAPES).await;
+    l.change_reaches_every_shape(1, "first").await;
+
+    // More connections than descriptors: the server parks every idle log for them and then
+    // has none left.
+    let mut streams = Vec::new();
+    for _ in 0..CONNECTIONS {
+        streams.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", l.port))
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    l.insert(2, "short").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(streams);
+    l.every_shape_gets("short").await;
+    assert!(
+        l.server_log()
+            .contains("out of file descriptors for shape logs"),
+        "the change was to find no descriptor; server log: {}",
+        l.server_log()
+    );
+    l.change_reaches_every_shape(3, "after").await;
+    assert!(
+        !l.server_log().contains("invalidated"),
+        "no shape was dropped: {}",
+        l.server_log()
+    );
 }

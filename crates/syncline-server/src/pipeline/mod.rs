@@ -69,8 +69,8 @@ pub struct Pipeline {
     /// the position processed before the first of them: the acknowledgement stays at or below
     /// it until their log has them, so a crash meanwhile has Postgres send them again.
     holds: HashMap<(u32, ShapeId), Lsn>,
-    /// Why a shape log could not be written for want of space: the pipeline stops.
-    stalled: Option<String>,
+    /// What a shape log could not be written for want of, and the error: the pipeline stops.
+    stalled: Option<(Shortage, String)>,
     /// Each subquery in use, by its SQL.
     dep_by_sql: HashMap<String, DepKey>,
     /// Subquery shapes whose move-in rows wait for their splice point.
@@ -90,10 +90,12 @@ pub struct Pipeline {
 pub enum Stop {
     /// The replication stream failed for good.
     Postgres(syncline_pg::PgError),
-    /// A shape log could not be written for want of space. Nothing past the last durable
-    /// position was acknowledged; the pipeline is started again from the slot once space
-    /// returns, with the command queue it hands back.
-    StorageFull {
+    /// A shape log could not be written for want of space, or of file descriptors. Nothing
+    /// past the last durable position was acknowledged; the pipeline is started again from the
+    /// slot once a write succeeds, with the command queue it hands back.
+    StoragePaused {
+        /// What was short.
+        shortage: Shortage,
         /// The storage error.
         why: String,
         /// The command queue, for the next pipeline.
@@ -101,13 +103,25 @@ pub enum Stop {
     },
 }
 
-/// Whether a storage error means the file system is out of space (or quota).
-fn out_of_space(error: &StorageError) -> bool {
+/// A shortage that stops shape logs from being written, and passes without any log being at
+/// fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortage {
+    /// The file system is out of space (or quota).
+    Space,
+    /// The process (or the system) is out of file descriptors.
+    Descriptors,
+}
+
+/// The shortage a storage error means, if it means one.
+fn shortage(error: &StorageError) -> Option<Shortage> {
     match error {
-        StorageError::Io { source, .. } => {
-            matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-        }
-        _ => false,
+        StorageError::Io { source, .. } => match source.raw_os_error()? {
+            libc::ENOSPC | libc::EDQUOT => Some(Shortage::Space),
+            libc::EMFILE | libc::ENFILE => Some(Shortage::Descriptors),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -161,7 +175,8 @@ impl Pipeline {
         match result {
             Ok(()) => Ok(()),
             Err(e) => Err(match self.stalled.take() {
-                Some(why) => Stop::StorageFull {
+                Some((shortage, why)) => Stop::StoragePaused {
+                    shortage,
                     why,
                     commands: self.commands,
                 },
@@ -176,7 +191,7 @@ impl Pipeline {
         self.flush();
         if self.stalled.is_some() {
             return Err(syncline_pg::PgError::Protocol(
-                "stopped: storage full".into(),
+                "stopped: shape storage cannot take writes".into(),
             ));
         }
         self.stream.send_status(false).await
@@ -226,7 +241,7 @@ impl Pipeline {
             }
             if self.stalled.is_some() {
                 return Err(syncline_pg::PgError::Protocol(
-                    "stopped: storage full".into(),
+                    "stopped: shape storage cannot take writes".into(),
                 ));
             }
             self.request_keepalive().await;
@@ -843,13 +858,14 @@ impl Pipeline {
         self.subquery_live((oid, id));
     }
 
-    /// A shape's log could not be written. Out of space (or quota), the pipeline stops before
-    /// acknowledging anything more, and is started again once space returns (Postgres keeps the
-    /// WAL); any other failure is the shape's own: it is invalidated.
+    /// A shape's log could not be written. Out of space (or quota) or of file descriptors, the
+    /// pipeline stops before acknowledging anything more, and is started again once a write
+    /// succeeds (Postgres keeps the WAL); any other failure is the shape's own: it is
+    /// invalidated.
     fn storage_failed(&mut self, oid: u32, id: ShapeId, error: StorageError) {
-        if out_of_space(&error) {
+        if let Some(shortage) = shortage(&error) {
             if self.stalled.is_none() {
-                self.stalled = Some(error.to_string());
+                self.stalled = Some((shortage, error.to_string()));
             }
         } else {
             self.remove_invalid(oid, id, &format!("storage failed: {error}"));

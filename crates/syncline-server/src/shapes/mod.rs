@@ -764,7 +764,7 @@ impl Shapes {
         }
     }
 
-    /// Prepares every shape for a new pipeline after the last one stopped (storage full):
+    /// Prepares every shape for a new pipeline after the last one stopped (storage paused):
     /// writers are closed, so reopening cuts each log back to its last durable commit; shapes
     /// whose snapshot had not completed are invalidated (the transactions waiting for them
     /// were lost with the pipeline). Returns the shapes to route to, as restored ones.
