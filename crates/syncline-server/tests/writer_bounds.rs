@@ -242,6 +242,19 @@ impl Limited {
         }
     }
 
+    /// `n` TCP connections to the server, sending nothing.
+    async fn connect(&self, n: usize) -> Vec<tokio::net::TcpStream> {
+        let mut streams = Vec::with_capacity(n);
+        for _ in 0..n {
+            streams.push(
+                tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .unwrap(),
+            );
+        }
+        streams
+    }
+
     /// `syncline_shape_logs_open` from the server's `/metrics`.
     async fn logs_open(&self) -> usize {
         let text = self
@@ -384,14 +397,7 @@ async fn connections_short_of_descriptors_make_idle_logs_close() {
     l.change_reaches_every_shape(1, "first").await;
     assert_eq!(l.logs_open().await, SHAPES);
 
-    let mut streams = Vec::new();
-    for _ in 0..CONNECTIONS {
-        streams.push(
-            tokio::net::TcpStream::connect(("127.0.0.1", l.port))
-                .await
-                .unwrap(),
-        );
-    }
+    let mut streams = l.connect(CONNECTIONS).await;
     for (i, stream) in streams.iter_mut().enumerate() {
         stream
             .write_all(b"GET /v1/health HTTP/1.1\r\nhost: test\r\n\r\n")
@@ -426,14 +432,7 @@ async fn running_out_of_descriptors_pauses_replication_and_drops_no_shape() {
 
     // More connections than descriptors: the server parks every idle log for them and then
     // has none left.
-    let mut streams = Vec::new();
-    for _ in 0..CONNECTIONS {
-        streams.push(
-            tokio::net::TcpStream::connect(("127.0.0.1", l.port))
-                .await
-                .unwrap(),
-        );
-    }
+    let streams = l.connect(CONNECTIONS).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     l.insert(2, "short").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
