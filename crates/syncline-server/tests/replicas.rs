@@ -134,7 +134,10 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
     db.batch_execute("UPDATE items SET title = 'changed' WHERE id <= 5")
         .await
         .unwrap();
-    f.catch_up(&writer, &http).await.unwrap();
+    // Up to date with the update, not only with what the writer had processed when asked: the
+    // live requests below start from this offset and wait for the next write.
+    f.converge(&writer, &http, &table_titles(&db, "true").await, &logs)
+        .await;
 
     let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
     let replica = serve(
