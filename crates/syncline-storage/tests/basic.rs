@@ -33,6 +33,20 @@ fn txn(tx: u64, ops: u64) -> Vec<Owned> {
         .collect()
 }
 
+/// `n` snapshot inserts (offsets `0_0`, `0_1`, …), keys `k<i>`, each with `value`.
+fn snapshot_rows(n: u64, value: &str) -> Vec<Owned> {
+    (0..n)
+        .map(|i| {
+            Owned::new(
+                LogOffset::new(0, i),
+                &format!("k{i}"),
+                Operation::Insert,
+                value,
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn reads_back_exactly_what_was_committed_across_chunks() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,16 +210,7 @@ fn snapshot_chunks_are_readable_while_being_written() {
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.create_shape("s", &small_chunks()).unwrap();
     let mut r = store.open_reader("s").unwrap();
-    let rows: Vec<Owned> = (0..300)
-        .map(|i| {
-            Owned::new(
-                LogOffset::new(0, i),
-                &format!("k{i}"),
-                Operation::Insert,
-                &"r".repeat(100),
-            )
-        })
-        .collect();
+    let rows = snapshot_rows(300, &"r".repeat(100));
     let mut seen = Vec::new();
     let mut at = None;
     for batch in rows.chunks(50) {
@@ -302,16 +307,7 @@ fn the_snapshot_ends_its_own_chunk() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.create_shape("s", &small_chunks()).unwrap();
-    let rows: Vec<Owned> = (0..3)
-        .map(|i| {
-            Owned::new(
-                LogOffset::new(0, i),
-                &format!("k{i}"),
-                Operation::Insert,
-                "r",
-            )
-        })
-        .collect();
+    let rows = snapshot_rows(3, "r");
     w.append(&rows.iter().map(Owned::as_message).collect::<Vec<_>>())
         .unwrap();
     let end = Owned::new(LogOffset::new(0, 3), "", Operation::Insert, "end");
@@ -544,16 +540,7 @@ fn a_closing_chunk_writes_its_bytes_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut w = store.create_shape("s", &WriterOptions::default()).unwrap();
-    let rows: Vec<Owned> = (0..500)
-        .map(|i| {
-            Owned::new(
-                LogOffset::new(0, i),
-                &format!("k{i}"),
-                Operation::Insert,
-                &"r".repeat(200),
-            )
-        })
-        .collect();
+    let rows = snapshot_rows(500, &"r".repeat(200));
     w.append(&rows.iter().map(Owned::as_message).collect::<Vec<_>>())
         .unwrap();
     w.commit().unwrap();

@@ -553,7 +553,7 @@ impl Shapes {
         }
         self.evict_for_new();
         let handle = handle::mint(identity);
-        let files = self
+        let permit = self
             .creating_files
             .acquire()
             .await
@@ -562,6 +562,7 @@ impl Shapes {
         // snapshot, which restore removes; a log never exists without metadata but briefly
         // during deletion, and restore removes such logs.
         let writer = tokio::task::block_in_place(|| -> Result<_, CreateError> {
+            let _permit = permit;
             self.meta.save(&ShapeMeta::new(
                 &handle,
                 &definition,
@@ -570,9 +571,7 @@ impl Shapes {
                 false,
             ))?;
             Ok(self.logs.create(&handle)?)
-        });
-        drop(files);
-        let writer = writer?;
+        })?;
         let shape = Arc::new(Shape::new(
             handle.clone(),
             definition,
