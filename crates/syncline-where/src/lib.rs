@@ -61,7 +61,7 @@ mod value;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use pg_query::protobuf::Node;
 use syncline_core::relation::RelationDesc;
@@ -93,22 +93,28 @@ const PARSE_STACK_BYTES: usize = 16 << 20;
 /// their runtime's threads this much; only what a thread touches becomes resident.
 pub const IN_PLACE_THREAD_STACK_BYTES: usize = PARSE_STACK_RED_ZONE_BYTES + (8 << 20);
 
-/// A checked where clause.
+/// A checked where clause. Clones share it: a shape's clause is held by its pipeline slot and
+/// by its table's router, and large deployments have hundreds of thousands of shapes.
 #[derive(Debug, Clone)]
-pub struct Where {
+pub struct Where(Arc<Clause>);
+
+/// What a [`Where`] holds.
+#[derive(Debug)]
+struct Clause {
     expr: Expr,
     sql: String,
     subqueries: Vec<Subquery>,
     /// The DNF: built when the clause is checked if it has subqueries (it may reject the
     /// clause then), on first use otherwise (most clauses never need it, and it holds copies
-    /// of the clause's atoms).
-    dnf: OnceLock<Dnf>,
+    /// of the clause's atoms). Boxed: unbuilt, it then takes a pointer's room.
+    dnf: OnceLock<Box<Dnf>>,
 }
 
 /// Equal clauses: the DNF follows from the rest, and may not be built yet.
 impl PartialEq for Where {
     fn eq(&self, other: &Where) -> bool {
-        self.expr == other.expr && self.sql == other.sql && self.subqueries == other.subqueries
+        let (a, b) = (&self.0, &other.0);
+        a.expr == b.expr && a.sql == b.sql && a.subqueries == b.subqueries
     }
 }
 
@@ -168,56 +174,58 @@ impl Where {
         let expr = check::check(node, relation, params, &sublinks)?;
         let dnf = OnceLock::new();
         if !subqueries.is_empty() {
-            let _ = dnf.set(Dnf::of(&expr, subqueries.len())?);
+            let _ = dnf.set(Box::new(Dnf::of(&expr, subqueries.len())?));
         }
         let sql = sql_of(&expr, &subqueries);
-        Ok(Where {
+        Ok(Where(Arc::new(Clause {
             expr,
             sql,
             subqueries,
             dnf,
-        })
+        })))
     }
 
     /// Canonical SQL: what the snapshot query runs and what shape identity compares. A
     /// subquery is written inline, canonical and schema-qualified:
     /// `("parent_id" IN (SELECT "id" FROM "public"."parent" WHERE ("active" = true)))`.
     pub fn sql(&self) -> &str {
-        &self.sql
+        &self.0.sql
     }
 
     /// The clause's distinct subqueries, in order of appearance (top level only: nested ones
     /// are in [`Subquery::filter`]). Every one written is listed, even one that constant
     /// folding left unused (`false AND x IN (SELECT ...)`).
     pub fn subqueries(&self) -> &[Subquery] {
-        &self.subqueries
+        &self.0.subqueries
     }
 
     /// Whether the clause has subqueries.
     pub fn has_subqueries(&self) -> bool {
-        !self.subqueries.is_empty()
+        !self.0.subqueries.is_empty()
     }
 
     /// The disjunctive normal form, as Electric's decomposer builds it (computed when a
     /// clause with subqueries is checked; for one without, on first use).
     pub fn dnf(&self) -> &Dnf {
-        self.dnf.get_or_init(|| Dnf::without_subqueries(&self.expr))
+        self.0
+            .dnf
+            .get_or_init(|| Box::new(Dnf::without_subqueries(&self.0.expr)))
     }
 
     /// The checked expression.
     pub(crate) fn expr(&self) -> &Expr {
-        &self.expr
+        &self.0.expr
     }
 
     /// Positions of the columns the clause reads (each once).
     pub fn columns(&self) -> Vec<usize> {
-        self.expr.columns()
+        self.0.expr.columns()
     }
 
     /// The result on `row`: `Ok(None)` is NULL. A clause with subqueries is an error here:
     /// see [`Where::eval_in`].
     pub fn eval(&self, row: &Row) -> Result<Option<bool>, EvalError> {
-        eval_bool(&self.expr, &Cx::of(row))
+        eval_bool(&self.0.expr, &Cx::of(row))
     }
 
     /// Whether `row` belongs to the shape: the result is exactly true (NULL and errors are
@@ -232,7 +240,7 @@ impl Where {
     pub fn eval_in(&self, row: &Row, views: &dyn Views) -> Result<Option<bool>, EvalError> {
         let membership = ByViews(views);
         eval_bool(
-            &self.expr,
+            &self.0.expr,
             &Cx {
                 row,
                 views: Some(&membership),
@@ -285,7 +293,7 @@ impl Where {
     /// # Panics
     /// When `position` is not a position of [`Where::dnf`].
     pub fn position_sql(&self, position: usize) -> String {
-        let atom = sql_of(self.dnf().atom(position), &self.subqueries);
+        let atom = sql_of(self.dnf().atom(position), &self.0.subqueries);
         if self.dnf().positions[position].negated {
             format!("(NOT {atom})")
         } else {
@@ -313,7 +321,7 @@ impl Where {
     /// by `syncline_core::sql`. `views` is called once per subquery.
     pub fn sql_with_views(&self, views: &dyn Fn(usize) -> Vec<Vec<Option<String>>>) -> String {
         let sets: RefCell<HashMap<usize, Vec<Vec<Option<String>>>>> = RefCell::default();
-        render_with(&self.expr, &|i, left, out| {
+        render_with(&self.0.expr, &|i, left, out| {
             let mut sets = sets.borrow_mut();
             let tuples = sets.entry(i).or_insert_with(|| views(i));
             if tuples.is_empty() {

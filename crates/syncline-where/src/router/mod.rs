@@ -18,6 +18,7 @@ mod key;
 mod node;
 mod plan;
 mod range;
+mod shape_set;
 mod views;
 
 use std::collections::HashMap;
@@ -26,7 +27,6 @@ use syncline_core::relation::RelationDesc;
 use syncline_core::tuple::Value;
 
 use crate::eval::{Row, RowTypes};
-use crate::expr::Expr;
 use crate::subquery::normal_text;
 use crate::Where;
 use hash::{FxHashMap, FxHashSet};
@@ -66,7 +66,7 @@ impl<'a> Change<'a> {
 pub struct Router {
     types: RowTypes,
     root: Node,
-    shapes: HashMap<ShapeId, Option<Expr>>,
+    shapes: HashMap<ShapeId, Option<Where>>,
     /// The value sets of the shapes with subqueries.
     views: FxHashMap<ShapeId, ShapeViews>,
 }
@@ -87,22 +87,21 @@ impl Router {
     /// them with [`Router::view_insert`].
     pub fn add(&mut self, id: ShapeId, filter: Option<&Where>) {
         self.remove(id);
-        let expr = filter.map(|w| w.expr().clone());
         let mut attachments = Vec::new();
         self.root.insert(
             id,
-            expr.clone().into_iter().collect(),
+            filter.map(|w| w.expr().clone()).into_iter().collect(),
             &mut Vec::new(),
             &mut attachments,
         );
-        if let (Some(w), Some(expr)) = (filter, &expr) {
+        if let Some(w) = filter {
             if w.has_subqueries() {
                 let types = w.subqueries().iter().map(|s| s.types()).collect();
                 self.views
-                    .insert(id, ShapeViews::new(expr, types, attachments));
+                    .insert(id, ShapeViews::new(w.expr(), types, attachments));
             }
         }
-        self.shapes.insert(id, expr);
+        self.shapes.insert(id, filter.cloned());
     }
 
     /// Removes a shape (and its value sets); false if it was not there.
@@ -119,8 +118,9 @@ impl Router {
             }
         }
         match self.shapes.remove(&id) {
-            Some(expr) => {
-                self.root.remove(id, expr.into_iter().collect());
+            Some(filter) => {
+                self.root
+                    .remove(id, filter.map(|w| w.expr().clone()).into_iter().collect());
                 true
             }
             None => false,
@@ -214,7 +214,7 @@ impl Router {
             for (id, expr) in &self.shapes {
                 let hit = match expr {
                     None => true,
-                    Some(e) => cx.may_hold(*id, e, &row),
+                    Some(e) => cx.may_hold(*id, e.expr(), &row),
                 };
                 if hit {
                     out.insert(*id);

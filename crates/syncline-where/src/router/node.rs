@@ -5,6 +5,7 @@ use super::hash::{FxHashMap, FxHashSet};
 use super::key::Key;
 use super::plan::{branches, Access};
 use super::range::RangeIndex;
+use super::shape_set::ShapeSet;
 use super::views::{Attachment, ShapeViews, ViewEntry};
 use super::ShapeId;
 use crate::eval::{eval_bool_for_routing, Cx, Row};
@@ -23,7 +24,7 @@ struct PrefixIndex {
 /// shapes there are 100k nodes, and their size decides how many cache lines a lookup touches.
 #[derive(Default)]
 pub(crate) struct Node {
-    matched: FxHashSet<ShapeId>,
+    matched: ShapeSet,
     indexes: Option<Box<Indexes>>,
     others: Vec<(ShapeId, Expr)>,
 }
@@ -203,7 +204,7 @@ impl Node {
     /// entries must have been removed first ([`Node::view_remove`]).
     pub(crate) fn remove(&mut self, shape: ShapeId, conjuncts: Vec<Expr>) {
         let Some(expr) = conjunction(conjuncts) else {
-            self.matched.remove(&shape);
+            self.matched.remove(shape);
             return;
         };
         for branch in branches(&expr) {
@@ -290,7 +291,7 @@ impl Node {
     /// are still matched by their other conditions, so a false one excludes the row, as when
     /// the whole clause is evaluated.
     pub(crate) fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>, cx: &Collect) {
-        out.extend(self.matched.iter().copied());
+        self.matched.add_to(out);
         if let Some(ix) = &self.indexes {
             ix.collect(row, out, cx);
         }
