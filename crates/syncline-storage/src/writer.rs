@@ -261,6 +261,9 @@ impl Writer {
             Ok(identity) => self.parked_index = Some(identity),
             Err(_) => return false,
         }
+        // Empty, but with the room of earlier chunks: a parked writer keeps no spare room.
+        self.closed_pending = Vec::new();
+        self.closed_committed = Vec::new();
         self.tail.release();
         self.index.release();
         self.lock = None;
