@@ -4,6 +4,8 @@
 //! Every stored message starts with `,` so that any run of messages is a valid continuation of
 //! a JSON array: a response body is `[` + the stored bytes without their first comma + `]`.
 
+use std::sync::Arc;
+
 use syncline_core::wire::{self, KeyChange};
 use syncline_core::{LogOffset, RelationDesc, Value};
 use syncline_storage::Operation;
@@ -62,6 +64,15 @@ pub enum ShapeChange<'a> {
 /// Builds one shape's messages; rows are in the layout of the relation the shape was made on.
 #[derive(Debug, Clone)]
 pub struct ChangeEncoder {
+    /// What the shapes selecting the same columns of the table share.
+    layout: Arc<EncoderLayout>,
+    replica: Replica,
+}
+
+/// The part of a [`ChangeEncoder`] that depends only on the table and the selected columns:
+/// one per column set of a table, shared by its shapes.
+#[derive(Debug)]
+pub struct EncoderLayout {
     /// Positions of the selected columns, with their `"name":` prefix.
     selected: Vec<(usize, Vec<u8>)>,
     /// Positions of the key columns, in key order.
@@ -72,13 +83,12 @@ pub struct ChangeEncoder {
     key_prefix: Vec<u8>,
     /// `["schema","table"]`.
     relation_json: Vec<u8>,
-    replica: Replica,
 }
 
-impl ChangeEncoder {
-    /// An encoder for `definition` on `relation`; `None` if a selected column is missing.
-    pub fn new(definition: &ShapeDefinition, relation: &RelationDesc) -> Option<ChangeEncoder> {
-        let positions = definition.column_positions(relation)?;
+impl EncoderLayout {
+    /// The layout of the columns at `positions` of `relation`; `None` if a key column is
+    /// missing.
+    pub fn new(positions: &[usize], relation: &RelationDesc) -> Option<EncoderLayout> {
         let selected = positions
             .iter()
             .map(|&i| (i, wire::field_prefix(&relation.columns[i].name)))
@@ -90,26 +100,49 @@ impl ChangeEncoder {
                 .map(|c| relation.column(&c.name).map(|(i, _)| i))
                 .collect::<Option<Vec<_>>>()?
         } else {
-            let mut by_name = positions.clone();
+            let mut by_name = positions.to_vec();
             by_name.sort_by(|&a, &b| relation.columns[a].name.cmp(&relation.columns[b].name));
             by_name
         };
-        Some(ChangeEncoder {
+        Some(EncoderLayout {
             selected,
             key_columns,
             has_pk,
             key_prefix: wire::key_prefix(&relation.schema, &relation.name),
             relation_json: wire::relation_json(&relation.schema, &relation.name),
-            replica: definition.replica,
         })
+    }
+}
+
+impl ChangeEncoder {
+    /// An encoder for `definition` on `relation`, with a layout of its own; `None` if a
+    /// selected column is missing.
+    pub fn new(definition: &ShapeDefinition, relation: &RelationDesc) -> Option<ChangeEncoder> {
+        let positions = definition.column_positions(relation)?;
+        let layout = EncoderLayout::new(&positions, relation)?;
+        Some(ChangeEncoder::with_layout(Arc::new(layout), definition))
+    }
+
+    /// An encoder for `definition` with the layout of its columns (see [`EncoderLayout::new`]).
+    pub fn with_layout(layout: Arc<EncoderLayout>, definition: &ShapeDefinition) -> ChangeEncoder {
+        ChangeEncoder {
+            layout,
+            replica: definition.replica,
+        }
+    }
+
+    /// Its layout.
+    pub fn layout(&self) -> &Arc<EncoderLayout> {
+        &self.layout
     }
 
     /// Whether an update from `old` to `new` changes any selected or key column.
     pub fn touches(&self, old: &[Value], new: &[Value]) -> bool {
-        self.selected
+        self.layout
+            .selected
             .iter()
             .map(|(i, _)| *i)
-            .chain(self.key_columns.iter().copied())
+            .chain(self.layout.key_columns.iter().copied())
             .any(|i| old[i] != new[i])
     }
 
@@ -144,6 +177,7 @@ impl ChangeEncoder {
                     return vec![delete, insert];
                 }
                 let changed: Vec<usize> = self
+                    .layout
                     .selected
                     .iter()
                     .enumerate()
@@ -167,7 +201,7 @@ impl ChangeEncoder {
         ctx: ChangeContext,
         op_delta: u64,
     ) -> PendingMessage {
-        let fields = if self.replica == Replica::Full || !self.has_pk {
+        let fields = if self.replica == Replica::Full || !self.layout.has_pk {
             self.all_fields()
         } else {
             self.key_and(&[])
@@ -184,21 +218,26 @@ impl ChangeEncoder {
     }
 
     fn all_fields(&self) -> Vec<usize> {
-        (0..self.selected.len()).collect()
+        (0..self.layout.selected.len()).collect()
     }
 
     /// Indexes into `selected` of the key columns that are selected, then of `extra`, in
     /// selection order.
     fn key_and(&self, extra: &[usize]) -> Vec<usize> {
-        (0..self.selected.len())
-            .filter(|n| self.key_columns.contains(&self.selected[*n].0) || extra.contains(n))
+        (0..self.layout.selected.len())
+            .filter(|n| {
+                self.layout
+                    .key_columns
+                    .contains(&self.layout.selected[*n].0)
+                    || extra.contains(n)
+            })
             .collect()
     }
 
     /// The row's key: `"schema"."table"/"v1"/"v2"` (`/` doubled inside values, `_` for NULL).
     pub fn key(&self, row: &[Value]) -> Vec<u8> {
-        let mut key = self.key_prefix.clone();
-        for &i in &self.key_columns {
+        let mut key = self.layout.key_prefix.clone();
+        for &i in &self.layout.key_columns {
             wire::push_key_part(&mut key, row[i].as_text());
         }
         key
@@ -224,7 +263,7 @@ impl ChangeEncoder {
             json.extend_from_slice(wire::OLD_VALUE_FIELD);
             self.write_object(&mut json, old, changed);
         }
-        wire::write_headers_start(&mut json, op, &self.relation_json);
+        wire::write_headers_start(&mut json, op, &self.layout.relation_json);
         if let Some((side, other_key)) = key_change {
             wire::write_key_change(&mut json, side, other_key);
         }
@@ -240,7 +279,7 @@ impl ChangeEncoder {
     fn write_object(&self, json: &mut Vec<u8>, row: &[Value], fields: &[usize]) {
         json.push(b'{');
         for (n, &f) in fields.iter().enumerate() {
-            let (i, prefix) = &self.selected[f];
+            let (i, prefix) = &self.layout.selected[f];
             if n > 0 {
                 json.push(b',');
             }

@@ -32,15 +32,20 @@ struct WaitingTxn {
 /// Where the feed's transactions go.
 #[derive(Debug)]
 enum Phase {
-    /// The snapshot is running: transactions wait in memory.
-    Snapshotting {
-        /// Committed transactions, in commit order.
-        done: Vec<WaitingTxn>,
-        /// Finished messages of the transaction in progress.
-        open: Vec<PendingMessage>,
-    },
+    /// The snapshot is running: transactions wait in memory (boxed: most feeds are live, and
+    /// a large server has hundreds of thousands).
+    Snapshotting(Box<Waiting>),
     /// Transactions are appended as they arrive.
     Live,
+}
+
+/// The transactions waiting for a running snapshot.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// Committed transactions, in commit order.
+    done: Vec<WaitingTxn>,
+    /// Finished messages of the transaction in progress.
+    open: Vec<PendingMessage>,
 }
 
 /// One shape's transaction gate; see the module documentation.
@@ -55,8 +60,8 @@ pub struct Feed {
     /// The transaction whose messages are waiting in `open` or `held`.
     current: Option<u32>,
     /// The latest message of the current transaction, held back until it is known whether it
-    /// is the shape's last in the transaction.
-    held: Option<PendingMessage>,
+    /// is the shape's last in the transaction (boxed, as [`Phase::Snapshotting`] is).
+    held: Option<Box<PendingMessage>>,
     /// Messages of the current transaction were appended to the log.
     in_txn: bool,
 }
@@ -65,10 +70,7 @@ impl Feed {
     /// The feed of a new shape whose snapshot is about to start.
     pub fn snapshotting() -> Feed {
         Feed {
-            phase: Phase::Snapshotting {
-                done: Vec::new(),
-                open: Vec::new(),
-            },
+            phase: Phase::Snapshotting(Box::default()),
             visibility: None,
             skip_through: Some(0),
             current: None,
@@ -116,7 +118,7 @@ impl Feed {
 
     /// Whether the snapshot is still running (transactions wait in memory).
     pub fn is_snapshotting(&self) -> bool {
-        matches!(self.phase, Phase::Snapshotting { .. })
+        matches!(self.phase, Phase::Snapshotting(_))
     }
 
     /// The snapshot has recorded which transactions it sees.
@@ -160,7 +162,7 @@ impl Feed {
             self.current
         );
         self.current = Some(xid);
-        match self.held.replace(message) {
+        match self.held.replace(Box::new(message)) {
             Some(previous) => self.deliver(previous.finish(false), log),
             None => Ok(()),
         }
@@ -173,8 +175,8 @@ impl Feed {
         log: &mut dyn ShapeLog,
     ) -> syncline_storage::Result<()> {
         match &mut self.phase {
-            Phase::Snapshotting { open, .. } => {
-                open.push(message);
+            Phase::Snapshotting(waiting) => {
+                waiting.open.push(message);
                 Ok(())
             }
             Phase::Live => {
@@ -194,11 +196,9 @@ impl Feed {
             self.deliver(last.finish(true), log)?;
         }
         match &mut self.phase {
-            Phase::Snapshotting { done, open } => {
-                done.push(WaitingTxn {
-                    xid,
-                    messages: std::mem::take(open),
-                });
+            Phase::Snapshotting(waiting) => {
+                let messages = std::mem::take(&mut waiting.open);
+                waiting.done.push(WaitingTxn { xid, messages });
                 Ok(false)
             }
             Phase::Live if std::mem::take(&mut self.in_txn) => {
@@ -217,10 +217,10 @@ impl Feed {
         current: Option<u32>,
         log: &mut dyn ShapeLog,
     ) -> syncline_storage::Result<()> {
-        let Phase::Snapshotting { done, open } = std::mem::replace(&mut self.phase, Phase::Live)
-        else {
+        let Phase::Snapshotting(waiting) = std::mem::replace(&mut self.phase, Phase::Live) else {
             return Ok(());
         };
+        let Waiting { done, open } = *waiting;
         assert!(
             self.visibility.is_some(),
             "a snapshot is durable only after it recorded its visibility"
@@ -251,8 +251,8 @@ impl Feed {
     pub fn interrupted(&mut self) -> bool {
         self.current = None;
         self.held = None;
-        if let Phase::Snapshotting { open, .. } = &mut self.phase {
-            open.clear();
+        if let Phase::Snapshotting(waiting) = &mut self.phase {
+            waiting.open.clear();
         }
         std::mem::take(&mut self.in_txn)
     }

@@ -27,7 +27,7 @@ use crate::shapes::{Command, Shape, Shapes};
 use encode::{ChangeContext, PendingMessage};
 use feed::{Feed, ShapeLog};
 use subquery::DepKey;
-use table::{slot_for, Slot, Table};
+use table::{Slot, Table};
 
 /// Longest time commits wait for a batched flush while more data keeps arriving.
 const FLUSH_DELAY_MAX: Duration = Duration::from_millis(10);
@@ -395,7 +395,7 @@ impl Pipeline {
             }
         }
         let handle = shape.handle.clone();
-        let Some(slot) = slot_for(shape.clone(), &table.relation, feed) else {
+        let Some(slot) = table.slot_for(shape.clone(), feed) else {
             self.invalidate(&shape, "the table changed under the shape");
             return;
         };
@@ -432,7 +432,7 @@ impl Pipeline {
                 subquery,
                 ..
             } = *slot;
-            match slot_for(shape.clone(), &table.relation, feed) {
+            match table.slot_for(shape.clone(), feed) {
                 Some(mut slot) => {
                     let unrouted = old.unrouted.contains(&id);
                     if let Some(sq) = &subquery {

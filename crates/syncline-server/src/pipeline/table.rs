@@ -9,7 +9,7 @@ use syncline_pg::replication::RelationMessage;
 use syncline_storage::Operation;
 use syncline_where::{Router, Row, RowTypes, ShapeId, Where};
 
-use super::encode::{ChangeContext, ChangeEncoder, PendingMessage, ShapeChange};
+use super::encode::{ChangeContext, ChangeEncoder, EncoderLayout, PendingMessage, ShapeChange};
 use super::feed::Feed;
 use super::subquery::{Dep, SetViews, Subq};
 use crate::shapes::Shape;
@@ -120,6 +120,9 @@ pub struct Table {
     pub deps: HashMap<ShapeId, Dep>,
     /// Nested subqueries that read this table: every change is theirs.
     pub unrouted_deps: HashSet<ShapeId>,
+    /// The encoder layouts of the shapes, by selected column positions: shapes selecting the
+    /// same columns share one.
+    layouts: HashMap<Vec<usize>, Arc<EncoderLayout>>,
 }
 
 impl Table {
@@ -135,6 +138,7 @@ impl Table {
             unrouted: HashSet::new(),
             deps: HashMap::new(),
             unrouted_deps: HashSet::new(),
+            layouts: HashMap::new(),
         }
     }
 
@@ -153,7 +157,40 @@ impl Table {
     pub fn remove(&mut self, id: ShapeId) -> Option<Slot> {
         self.router.remove(id);
         self.unrouted.remove(&id);
-        self.slots.remove(&id).map(|slot| *slot)
+        let slot = *self.slots.remove(&id)?;
+        // The map's reference and the slot's: no other shape uses the layout.
+        if Arc::strong_count(slot.encoder.layout()) == 2 {
+            self.layouts
+                .retain(|_, layout| !Arc::ptr_eq(layout, slot.encoder.layout()));
+        }
+        Some(slot)
+    }
+
+    /// Builds a shape's slot against the table's layout; `None` if the shape no longer fits
+    /// it.
+    pub fn slot_for(&mut self, shape: Arc<Shape>, feed: Feed) -> Option<Slot> {
+        let definition = &shape.definition;
+        let positions = definition.column_positions(&self.relation)?;
+        let layout = match self.layouts.get(&positions) {
+            Some(layout) => layout.clone(),
+            None => {
+                let layout = Arc::new(EncoderLayout::new(&positions, &self.relation)?);
+                self.layouts.insert(positions, layout.clone());
+                layout
+            }
+        };
+        let encoder = ChangeEncoder::with_layout(layout, definition);
+        let filter = match definition.checked_where(&self.relation) {
+            Some(checked) => Some(checked.ok()?),
+            None => None,
+        };
+        Some(Slot {
+            shape,
+            encoder,
+            filter,
+            feed,
+            subquery: None,
+        })
     }
 
     /// The stream described the table anew: recomputes the layout and returns the shapes it
@@ -231,21 +268,4 @@ impl Table {
                 .collect(),
         }
     }
-}
-
-/// Builds a shape's slot against `relation`; `None` if the shape no longer fits it.
-pub fn slot_for(shape: Arc<Shape>, relation: &RelationDesc, feed: Feed) -> Option<Slot> {
-    let definition = &shape.definition;
-    let encoder = ChangeEncoder::new(definition, relation)?;
-    let filter = match definition.checked_where(relation) {
-        Some(checked) => Some(checked.ok()?),
-        None => None,
-    };
-    Some(Slot {
-        shape,
-        encoder,
-        filter,
-        feed,
-        subquery: None,
-    })
 }
