@@ -573,7 +573,7 @@ impl Serve<'_> {
         let mut changes = self.shape.subscribe();
         let mut woken = false;
         loop {
-            let st = changes.borrow_and_update().clone();
+            let st = changes.borrow_and_update();
             self.check_alive(&st).await?;
             // A request woken by new data reads what was just written, from the page cache, in
             // a few system calls: on the runtime's thread, and once for all the requests woken
@@ -621,8 +621,7 @@ impl Serve<'_> {
                 }
             };
             match waited {
-                Ok(Ok(())) => woken = true,
-                Ok(Err(_)) => return Err(self.gone().await),
+                Ok(()) => woken = true,
                 Err(_) if ready => {
                     return Ok(Answer {
                         read,
@@ -660,14 +659,13 @@ impl Serve<'_> {
     pub(super) async fn wait_snapshot(&self, deadline: Instant) -> Result<(), Response> {
         let mut changes = self.shape.subscribe();
         loop {
-            let st = changes.borrow_and_update().clone();
+            let st = changes.borrow_and_update();
             self.check_alive(&st).await?;
             if st.snapshot_done {
                 return Ok(());
             }
             match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(self.gone().await),
+                Ok(()) => {}
                 Err(_) => {
                     return Err(snapshot_failed(
                         "Snapshot timed out while waiting for the initial data",

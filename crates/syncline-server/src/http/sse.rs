@@ -93,7 +93,7 @@ async fn stream(
     let mut changes = shape.subscribe();
     let mut messages = Messages::new();
     loop {
-        let st = changes.borrow_and_update().clone();
+        let st = changes.borrow_and_update();
         if st.gone || st.failed.is_some() {
             return;
         }
@@ -118,9 +118,7 @@ async fn stream(
         }
         let idle = Instant::now() + KEEP_ALIVE_INTERVAL;
         tokio::select! {
-            changed = changes.changed() => if changed.is_err() {
-                return;
-            },
+            () = changes.changed() => {}
             _ = tokio::time::sleep_until(idle.min(deadline)) => {
                 if Instant::now() >= deadline {
                     return;

@@ -22,6 +22,7 @@ mod meta;
 mod registry;
 mod shape;
 mod shared_read;
+mod state;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -39,7 +40,8 @@ pub use logs::{Logs, OpenBound, WriterBounds};
 pub use meta::ShapeMeta;
 pub use meta::{MetaDir, ViewRecord, META_VERSION};
 use registry::Registry;
-pub use shape::{Blame, Failure, Shape, ShapeState};
+pub use shape::Shape;
+pub use state::{Blame, Failure, ShapeState};
 use writer::{ShapeWriter, SharedWriter};
 
 /// How long a refusal to publish a table is remembered.

@@ -7,50 +7,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
 use syncline_storage::Reader;
-use tokio::sync::watch;
 
 use super::definition::ShapeDefinition;
+use super::handle;
 use super::logs::Logs;
 use super::shared_read::SharedRead;
+use super::state::{ShapeState, StateCell, StateWatch};
 use super::writer::SharedWriter;
 
 /// Readers kept per shape for reuse by requests.
 const IDLE_READERS_MAX: usize = 8;
-
-/// What requests wait on: published by the pipeline and the snapshot task.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ShapeState {
-    /// The last offset readers may be given, durable on disk.
-    pub durable: Option<LogOffset>,
-    /// The initial snapshot is complete (and durable).
-    pub snapshot_done: bool,
-    /// Bumped whenever more of a running snapshot is readable.
-    pub snapshot_progress: u64,
-    /// The shape was invalidated or deleted: requests for it get 409.
-    pub gone: bool,
-    /// The snapshot failed (the shape is gone too).
-    pub failed: Option<Failure>,
-}
-
-/// Why a shape's snapshot failed, and whose fault that was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// What went wrong (Postgres's own message when it was Postgres).
-    pub message: String,
-    /// Whose fault it was.
-    pub blame: Blame,
-}
-
-/// Whose fault a failed snapshot was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Blame {
-    /// The where clause met data it cannot handle (a data or SQL error): the request's.
-    Request,
-    /// The table cannot be read by the server's role, or is gone.
-    Table,
-    /// Postgres or storage could not serve it: retrying may help.
-    Server,
-}
 
 /// A live shape.
 #[derive(Debug)]
@@ -70,7 +36,7 @@ pub struct Shape {
     /// skipped.
     visibility: OnceLock<PgSnapshot>,
     logs: Arc<Logs>,
-    state: watch::Sender<ShapeState>,
+    state: StateCell,
     readers: Mutex<Vec<Reader>>,
     /// The read that requests woken together share, by the state they saw and their offset.
     woken_read: SharedRead<(ShapeState, Option<LogOffset>)>,
@@ -95,7 +61,7 @@ impl Shape {
             relation,
             writer,
             logs,
-            state: watch::Sender::new(state),
+            state: StateCell::new(state),
             readers: Mutex::new(Vec::new()),
             woken_read: SharedRead::default(),
             last_used_ms: AtomicU64::new(now_ms()),
@@ -146,17 +112,17 @@ impl Shape {
 
     /// The current state.
     pub fn state(&self) -> ShapeState {
-        self.state.borrow().clone()
+        self.state.get()
     }
 
-    /// A receiver that wakes on every state change.
-    pub fn subscribe(&self) -> watch::Receiver<ShapeState> {
-        self.state.subscribe()
+    /// A waiter that wakes on every state change.
+    pub fn subscribe(&self) -> StateWatch<'_> {
+        self.state.watch()
     }
 
     /// Changes the state and wakes waiters.
     pub fn update(&self, f: impl FnOnce(&mut ShapeState)) {
-        self.state.send_modify(f);
+        self.state.modify(f);
     }
 
     /// Makes sure the shape knows where its log ends before a request reads from `from`
@@ -193,7 +159,7 @@ impl Shape {
     pub fn follow_end(&self) -> syncline_storage::Result<()> {
         let end = self.with_reader(Reader::end)?;
         if let Some(last) = end.last_committed {
-            self.state.send_if_modified(|s| {
+            self.state.modify_if(|s| {
                 let newer = s.durable.is_none_or(|d| d < last);
                 if newer {
                     s.durable = Some(last);
@@ -206,7 +172,7 @@ impl Shape {
 
     /// Whether a request waits on the shape's state now.
     pub fn has_waiters(&self) -> bool {
-        self.state.receiver_count() > 0
+        self.state.watchers() > 0
     }
 
     /// Reads the log from `from` for a request that a change woke, which then saw the shape's
