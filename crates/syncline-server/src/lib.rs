@@ -17,6 +17,7 @@ pub mod follow;
 pub mod health;
 pub mod http;
 pub mod leadership;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod postgres;

@@ -33,6 +33,7 @@ use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
 use syncline_pg::{ErrorKind, PgError};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::memory;
 use crate::postgres::Postgres;
 pub use command::{Command, MoveInRows, Reflected, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
@@ -908,29 +909,42 @@ impl Shapes {
             .count()
     }
 
+    /// Drops the reusable readers of shapes no request came for since `since_ms` (on
+    /// [`Shape::last_used`]'s clock). Returns how many shapes had some.
+    fn release_unused_readers(&self, since_ms: u64) -> usize {
+        self.all()
+            .into_iter()
+            .filter(|shape| shape.release_readers_unused_since(since_ms))
+            .count()
+    }
+
     /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
-    /// parks past them, and every `period`), and parks those unused for `idle`, for as long as
-    /// the server runs.
+    /// parks past them, and every `period`), and every `idle` parks the writers unused since
+    /// the last sweep, drops the reusable readers of shapes no request came for since then,
+    /// and returns the heap's free pages to the kernel, for as long as the server runs.
     pub async fn watch_open_writers(self: Arc<Self>, period: Duration, idle: Duration) {
         let mut idle_sweep = tokio::time::interval(idle);
         idle_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         idle_sweep.tick().await;
-        let mut swept_at = self.logs.tick();
+        let mut swept_at = (self.logs.tick(), shape::now_ms());
         loop {
             tokio::select! {
                 () = self.logs.past_bound() => {}
                 () = tokio::time::sleep(period) => {}
                 _ = idle_sweep.tick() => {
                     let shapes = self.clone();
-                    let unused_since = swept_at;
-                    swept_at = self.logs.tick();
-                    let parked = tokio::task::spawn_blocking(move || {
-                        shapes.park_unused_writers(unused_since)
+                    let (unused_since, unread_since_ms) = swept_at;
+                    swept_at = (self.logs.tick(), shape::now_ms());
+                    let swept = tokio::task::spawn_blocking(move || {
+                        let parked = shapes.park_unused_writers(unused_since);
+                        let unread = shapes.release_unused_readers(unread_since_ms);
+                        let started = Instant::now();
+                        let trimmed = memory::release_free_heap();
+                        (parked, unread, trimmed, started.elapsed())
                     })
-                    .await
-                    .unwrap_or(0);
-                    if parked > 0 {
-                        tracing::debug!(parked, "idle shape logs parked");
+                    .await;
+                    if let Ok((parked, unread, trimmed, took)) = swept {
+                        tracing::debug!(parked, unread, trimmed, ?took, "idle shapes swept");
                     }
                 }
             }

@@ -186,6 +186,21 @@ impl Shape {
             .read((seen, from), || self.with_reader(|r| r.read(from)))
     }
 
+    /// Drops the readers kept for reuse, and the read kept for woken requests, if no request
+    /// came since `since_ms` (milliseconds since the Unix epoch): an idle shape keeps none
+    /// (a reader holds its log's path and index entries). Returns whether readers were
+    /// dropped.
+    pub fn release_readers_unused_since(&self, since_ms: u64) -> bool {
+        if self.last_used() >= since_ms {
+            return false;
+        }
+        self.woken_read.clear();
+        let mut idle = self.readers.lock().expect("readers lock");
+        let had = idle.capacity() > 0;
+        *idle = Vec::new();
+        had
+    }
+
     /// Runs `f` with a reader of the shape's log, reusing an idle one when possible.
     pub fn with_reader<T>(
         &self,
@@ -207,7 +222,8 @@ impl Shape {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch, the clock of [`Shape::last_used`].
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -6,10 +6,11 @@ use std::sync::{Mutex, Weak};
 
 use syncline_storage::{FileRange, ReadResult};
 
-/// The last read after a wake, kept while a response still sends its body.
+/// The last read after a wake, kept while a response still sends its body (boxed: most
+/// shapes of a large server are idle, and hold none).
 #[derive(Debug)]
 pub struct SharedRead<K> {
-    last: Mutex<Option<Kept<K>>>,
+    last: Mutex<Option<Box<Kept<K>>>>,
 }
 
 impl<K> Default for SharedRead<K> {
@@ -50,12 +51,17 @@ impl<K: PartialEq> SharedRead<K> {
             .map(|b| (std::sync::Arc::downgrade(&b.file), b.start, b.len));
         let mut kept = fresh.clone();
         kept.body = None;
-        *self.last.lock().expect("shared read lock") = Some(Kept {
+        *self.last.lock().expect("shared read lock") = Some(Box::new(Kept {
             key,
             body,
             read: kept,
-        });
+        }));
         Ok(fresh)
+    }
+
+    /// Forgets the kept read (a shape gone idle).
+    pub fn clear(&self) {
+        *self.last.lock().expect("shared read lock") = None;
     }
 
     fn take_shared(&self, key: &K) -> Option<ReadResult> {
