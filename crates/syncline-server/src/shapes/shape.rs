@@ -105,6 +105,11 @@ impl Shape {
         self.last_used_ms.store(now_ms(), Ordering::Relaxed);
     }
 
+    /// When the shape was made, in microseconds since the Unix epoch (from its handle).
+    pub fn made_us(&self) -> u64 {
+        handle::minted_us(&self.handle)
+    }
+
     /// When the shape was last requested, in milliseconds since the Unix epoch.
     pub fn last_used(&self) -> u64 {
         self.last_used_ms.load(Ordering::Relaxed)
