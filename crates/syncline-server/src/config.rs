@@ -129,8 +129,9 @@ pub struct Config {
 
     /// How long a shape log may go unwritten before its writer is parked, releasing its file
     /// descriptors (an idle shape then holds none); the next change resumes it without reading
-    /// the log. Parked writers are checked this often, so one waits up to twice this. Same
-    /// format as `--http-idle-timeout`.
+    /// the log. Parked writers are checked this often, so one waits up to twice this. The same
+    /// sweep drops the cached readers of shapes nobody requested since the last one and returns
+    /// the heap's free pages to the kernel. Same format as `--http-idle-timeout`.
     #[arg(long, env = "SYNCLINE_IDLE_LOG_PARK", default_value = "60s", value_parser = parse_duration)]
     pub idle_log_park: Duration,
 
