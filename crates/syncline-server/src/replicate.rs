@@ -57,10 +57,13 @@ pub async fn replicate(
             commands,
         );
         // Oldest first. Each shape carries its table as it was when the shape was made, and the
-        // pipeline re-checks all of a table's shapes whenever the next one carries another
-        // description: in the order they were made that happens once per change of the table,
-        // in any other order up to once per shape (at 30,000 restored shapes, whose first few
-        // were made before the table's replica identity was set, 12 s instead of 0.3).
+        // pipeline re-checks all of a table's shapes against the next one's description
+        // whenever it differs. In the order they were made the table ends as it is now and that
+        // happens once per change of the table. In any other order an older description could
+        // come last, dropping the shapes that read a column added since (409 for their
+        // clients), and the re-checks happened up to once per shape (at 30,000 restored shapes,
+        // whose first few were made before the table's replica identity was set, 12 s instead
+        // of 0.3).
         kept.sort_by_key(|(shape, _)| shape.made_us());
         for (shape, visibility) in kept {
             pipeline.add_restored(shape, visibility);

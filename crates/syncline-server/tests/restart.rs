@@ -148,6 +148,56 @@ async fn shapes_whose_columns_changed_while_down_are_dropped() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_made_before_and_after_a_column_was_added_all_resume() {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
+    let db = cluster.connect("postgres").await;
+    db.batch_execute(
+        "CREATE TABLE items (id int PRIMARY KEY, title text NOT NULL);
+         INSERT INTO items SELECT g, 'row ' || g FROM generate_series(1, 20) g;",
+    )
+    .await
+    .unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let url = cluster.connection_string("postgres");
+    let http = reqwest::Client::new();
+    let port = free_port();
+    let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
+    server.wait_active(&http).await;
+    // Shapes made on the table as it was, then on the table with a column more: each stored
+    // shape carries the table as it was made, and restored in storage order the two kinds mix.
+    let mut followers = Vec::new();
+    for k in 0..6 {
+        let query = format!("table=items&columns=id,title&where=id%20%3E%20{k}");
+        let mut f = Follower::start(&query, &server, &http).await;
+        f.catch_up(&server, &http).await.unwrap();
+        followers.push(f);
+    }
+    db.batch_execute("ALTER TABLE items ADD COLUMN note text")
+        .await
+        .unwrap();
+    for k in 0..6 {
+        let query = format!("table=items&columns=id,note&where=id%20%3C%20{}", 20 - k);
+        let mut f = Follower::start(&query, &server, &http).await;
+        f.catch_up(&server, &http).await.unwrap();
+        followers.push(f);
+    }
+    server.kill();
+    let server = Syncline::start(&url, storage.path(), port, &logs.path().join("second.log"));
+    server.wait_active(&http).await;
+    let mut statuses = Vec::new();
+    for f in &mut followers {
+        statuses.push(f.catch_up(&server, &http).await.err().unwrap_or(200));
+    }
+    assert_eq!(
+        statuses,
+        [200; 12],
+        "every shape resumes, the newer ones included; logs in {}",
+        logs.keep().display()
+    );
+}
+
 /// The stored handles: metadata files and shape logs.
 fn stored(storage: &Path) -> (Vec<String>, Vec<String>) {
     let names = |dir: &str| -> Vec<String> {
