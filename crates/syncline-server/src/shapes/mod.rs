@@ -902,20 +902,21 @@ impl Shapes {
     fn park_unused_writers(&self, used_before: u64) -> usize {
         self.all()
             .into_iter()
-            .filter(|shape| {
-                let mut writer = shape.writer.lock();
-                writer.open_since().is_some_and(|t| t < used_before) && writer.park(false)
-            })
+            .filter(|shape| park_if_unused(shape, used_before))
             .count()
     }
 
-    /// Drops the reusable readers of shapes no request came for since `since_ms` (on
-    /// [`Shape::last_used`]'s clock). Returns how many shapes had some.
-    fn release_unused_readers(&self, since_ms: u64) -> usize {
-        self.all()
-            .into_iter()
-            .filter(|shape| shape.release_readers_unused_since(since_ms))
-            .count()
+    /// Parks the writers unused since `used_before`, as [`Shapes::park_unused_writers`] does,
+    /// and drops the reusable readers of shapes no request came for since `unread_since_ms`
+    /// (on [`Shape::last_used`]'s clock), in one pass over the shapes. Returns how many
+    /// writers were parked and how many shapes dropped readers.
+    fn sweep_unused(&self, used_before: u64, unread_since_ms: u64) -> (usize, usize) {
+        let (mut parked, mut unread) = (0, 0);
+        for shape in self.all() {
+            parked += usize::from(park_if_unused(&shape, used_before));
+            unread += usize::from(shape.release_readers_unused_since(unread_since_ms));
+        }
+        (parked, unread)
     }
 
     /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
@@ -936,8 +937,8 @@ impl Shapes {
                     let (unused_since, unread_since_ms) = swept_at;
                     swept_at = (self.logs.tick(), shape::now_ms());
                     let swept = tokio::task::spawn_blocking(move || {
-                        let parked = shapes.park_unused_writers(unused_since);
-                        let unread = shapes.release_unused_readers(unread_since_ms);
+                        let (parked, unread) =
+                            shapes.sweep_unused(unused_since, unread_since_ms);
                         let started = Instant::now();
                         let trimmed = memory::release_free_heap();
                         (parked, unread, trimmed, started.elapsed())
@@ -1080,4 +1081,11 @@ impl Shapes {
             tokio::spawn(async move { shapes.delete(&shape).await });
         }
     }
+}
+
+/// Parks `shape`'s writer if it is open, idle and was last used before `used_before` (on the
+/// logs' clock); whether it parked it.
+fn park_if_unused(shape: &Shape, used_before: u64) -> bool {
+    let mut writer = shape.writer.lock();
+    writer.open_since().is_some_and(|t| t < used_before) && writer.park(false)
 }
