@@ -82,7 +82,10 @@ async fn start_requests_and_shutdown_are_logged() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let health = format!("http://127.0.0.1:{port}/v1/health");
     for _ in 0..300 {
         if http

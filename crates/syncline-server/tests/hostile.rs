@@ -102,7 +102,7 @@ async fn tables_whose_policies_apply_are_refused() {
     let server = syncline_server::startup::start(config(&url, storage.path()))
         .await
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let get = |q: &'static str| {
         let http = http.clone();
         let addr = server.addr;
@@ -191,7 +191,7 @@ async fn a_table_that_cannot_be_published_is_a_400_that_says_why_and_is_remember
     let server = syncline_server::startup::start(config(&url, storage.path()))
         .await
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let get = |table: &'static str| {
         let http = http.clone();
         let addr = server.addr;
@@ -274,7 +274,7 @@ async fn the_binary_answers_clauses_nested_to_the_parsers_limit() {
         common::process::free_port(),
         &storage.path().join("server.log"),
     );
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     server.wait_active(&http).await;
     let deep =
         |open: &str, close: &str, n: usize| format!("{}i4 = 1{}", open.repeat(n), close.repeat(n));

@@ -107,7 +107,7 @@ async fn fast_and_immediate_shutdowns_during_writes_lose_nothing() {
         port,
         &logs.join("server.log"),
     );
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     server.wait_active(&http).await;
     let mut follower = Follower::start("table=items", &server, &http).await;
     follower.catch_up(&server, &http).await.unwrap();

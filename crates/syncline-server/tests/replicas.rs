@@ -126,7 +126,7 @@ fn file_hashes(dir: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
 async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live() {
     let (cluster, db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
     wait_role(&writer, &http, "writer").await;
     let mut f = Follower::start("table=items", &writer, &http).await;
@@ -243,7 +243,7 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
 async fn a_standby_takes_over_after_sigterm_and_after_sigkill_without_loss() {
     let (cluster, db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let mut first = serve(&cluster, storage.path(), "auto", &logs.join("first.log"));
     wait_role(&first, &http, "writer").await;
     let standby = serve(&cluster, storage.path(), "auto", &logs.join("second.log"));
@@ -319,7 +319,7 @@ async fn a_standby_takes_over_after_sigterm_and_after_sigkill_without_loss() {
 async fn a_standby_and_a_replica_never_write_a_byte() {
     let (cluster, db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
     wait_role(&writer, &http, "writer").await;
     let mut shapes = Vec::new();

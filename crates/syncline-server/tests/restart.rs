@@ -23,7 +23,7 @@ async fn shapes_resume_from_disk_after_sigkill() {
     .unwrap();
     let storage = tempfile::tempdir().unwrap();
     let url = cluster.connection_string("postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let port = free_port();
     let logs = tempfile::Builder::new()
         .prefix("syncline-restart-")
@@ -116,7 +116,7 @@ async fn shapes_whose_columns_changed_while_down_are_dropped() {
     let storage = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let url = cluster.connection_string("postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let port = free_port();
     let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
     server.wait_active(&http).await;
@@ -161,7 +161,7 @@ async fn shapes_made_before_and_after_a_column_was_added_all_resume() {
     let storage = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let url = cluster.connection_string("postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let port = free_port();
     let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
     server.wait_active(&http).await;
@@ -224,7 +224,7 @@ async fn a_crash_between_lifecycle_steps_leaves_nothing_behind() {
     let storage = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let url = cluster.connection_string("postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let port = free_port();
     let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
     server.wait_active(&http).await;
@@ -304,7 +304,7 @@ async fn a_restart_costs_resuming_clients_nothing() {
     let storage = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     let url = cluster.connection_string("postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let port = free_port();
     let server = Syncline::start(&url, storage.path(), port, &logs.path().join("first.log"));
     server.wait_active(&http).await;

@@ -58,7 +58,7 @@ async fn waits_for_postgres_and_says_so() {
     let server = start(common::config(&url, storage.path()))
         .await
         .expect("starts without Postgres");
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (status, body) = health(&http, server.addr).await;
     assert_eq!(status, 202, "{body}");

@@ -72,7 +72,7 @@ async fn a_full_disk_pauses_replication_and_it_resumes_by_itself() {
         port,
         &logs.join("server.log"),
     );
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     server.wait_active(&http).await;
     let mut follower = Follower::start("table=items", &server, &http).await;
     follower.catch_up(&server, &http).await.unwrap();

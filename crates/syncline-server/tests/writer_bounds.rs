@@ -217,7 +217,7 @@ impl Limited {
             port,
             &storage.path().join("server.log"),
         );
-        let http = reqwest::Client::new();
+        let http = common::http_client();
         server.wait_active(&http).await;
         let mut made = Vec::new();
         for k in 0..shapes {

@@ -17,6 +17,8 @@ use crate::tls::TestCa;
 
 /// How long a postmaster may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a statement of a [`PgCluster::connect`] client may run.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a stopping postmaster may take before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`PgCluster::stop`] waits for the postmaster to exit (a smart shutdown waits for
@@ -303,12 +305,18 @@ impl PgCluster {
         format!("postgres://postgres@127.0.0.1:{}/{dbname}", self.port)
     }
 
-    /// Opens a client to `dbname`; its connection task runs on the current tokio runtime.
+    /// Opens a client to `dbname`; its connection task runs on the current tokio runtime. Its
+    /// statements, lock waits included, end after [`STATEMENT_TIMEOUT`]: a test blocked in
+    /// Postgres fails with the reason instead of running until CI's time is up.
     pub async fn connect(&self, dbname: &str) -> tokio_postgres::Client {
-        let (client, connection) =
-            tokio_postgres::connect(&self.connection_string(dbname), tokio_postgres::NoTls)
-                .await
-                .unwrap_or_else(|e| panic!("connecting to private cluster: {e}"));
+        let config = format!(
+            "{} options='-c statement_timeout={}'",
+            self.connection_string(dbname),
+            STATEMENT_TIMEOUT.as_millis()
+        );
+        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to private cluster: {e}"));
         tokio::spawn(async move {
             // The connection ends with an error when the cluster or the test goes away first.
             let _ = connection.await;

@@ -16,6 +16,18 @@ use syncline_server::startup::{start, Server};
 use syncline_testkit::PgCluster;
 use tokio_postgres::Client;
 
+/// Longest a test's HTTP request may take, its body included: a server that stops answering
+/// fails the test with a message, instead of holding the whole suite until CI's time runs out.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The HTTP client the tests use: every request bounded by [`REQUEST_TIMEOUT`].
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .expect("an HTTP client")
+}
+
 /// A cluster, a client on it, and a server syncing it.
 pub struct Fixture {
     /// Kept so the cluster lives as long as the fixture.
@@ -91,10 +103,7 @@ pub async fn fixture_with(setup: &str, configure: impl FnOnce(&mut Config)) -> F
         _cluster: cluster,
         db,
         server,
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
+        http: http_client(),
         storage,
     }
 }

@@ -85,7 +85,8 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// How long [`Follower::converge`] follows a shape before it reports the difference.
+/// How long [`Follower::converge`] follows a shape before it reports the difference, and
+/// [`Follower::catch_up`] reads before it reports that it never got up to date.
 const CONVERGE_WITHIN: Duration = Duration::from_secs(60);
 
 /// What a client following one shape holds.
@@ -121,7 +122,14 @@ impl Follower {
     /// Reads until up-to-date, applying changes; returns the status that stopped it early, if
     /// any (e.g. 409).
     pub async fn catch_up(&mut self, server: &Syncline, http: &reqwest::Client) -> Result<(), u16> {
+        let deadline = std::time::Instant::now() + CONVERGE_WITHIN;
         loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} not up to date after {CONVERGE_WITHIN:?} (at offset {})",
+                self.query,
+                self.offset
+            );
             let url = server.url(&format!(
                 "{}&offset={}&handle={}",
                 self.query, self.offset, self.handle
