@@ -231,6 +231,49 @@ async fn clients_match_postgres_through_moves_and_changes_together() {
     }
 }
 
+/// A subquery shape made before the server set the table's `REPLICA IDENTITY FULL` carries the
+/// table as it was then; the next shape on the table, made after, rebuilds the table's router.
+/// The first shape's value sets must come through the rebuild, or its `IN` never matches again
+/// and every later change to its rows is lost (a conformance run's random differential found
+/// this: an update never reached the shape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shape_made_on_the_table_as_it_was_keeps_its_value_sets_when_the_next_rebuilds_it() {
+    let fx = fixture(SCHEMA).await;
+    let filter = "parent_id IN (SELECT id FROM parent WHERE active)";
+    let mut first = Client::start(&fx.http, &base(&fx), IN_ACTIVE).await;
+    fx.db
+        .batch_execute("INSERT INTO child VALUES (11, 1, false, 'x')")
+        .await
+        .unwrap();
+    first
+        .converge(&fx.http, &child_ids(&fx.db, filter).await)
+        .await;
+    let identity: String = fx
+        .db
+        .query_one(
+            "SELECT relreplident::text FROM pg_class WHERE relname = 'child'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(identity, "f", "the first shape set REPLICA IDENTITY FULL");
+
+    let mut second = Client::start(&fx.http, &base(&fx), "table=child&where=urgent").await;
+    fx.db
+        .batch_execute(
+            "INSERT INTO child VALUES (12, 3, true, 'y'); UPDATE child SET title = 'z' WHERE id = 10",
+        )
+        .await
+        .unwrap();
+    first
+        .converge(&fx.http, &child_ids(&fx.db, filter).await)
+        .await;
+    second
+        .converge(&fx.http, &child_ids(&fx.db, "urgent").await)
+        .await;
+}
+
 /// Transactions that commit while a move-in query starts, and that its snapshot sees, are in its
 /// rows; a move queued between them must not make them apply again after the splice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

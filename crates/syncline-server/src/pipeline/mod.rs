@@ -433,8 +433,11 @@ impl Pipeline {
                 ..
             } = *slot;
             match table.slot_for(shape.clone(), feed) {
-                Some(mut slot) => {
+                Some(slot) => {
                     let unrouted = old.unrouted.contains(&id);
+                    // Added first: the router keeps value sets only for the shapes it holds, and
+                    // adding a shape starts its sets empty.
+                    table.add(id, slot);
                     if let Some(sq) = &subquery {
                         for (i, view) in sq.views.iter().enumerate() {
                             if unrouted || sq.negated[i] {
@@ -449,8 +452,7 @@ impl Pipeline {
                             }
                         }
                     }
-                    slot.subquery = subquery;
-                    table.add(id, slot);
+                    table.slots.get_mut(&id).expect("added above").subquery = subquery;
                     if unrouted {
                         table.unrouted.insert(id);
                     }
