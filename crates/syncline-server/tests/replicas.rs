@@ -15,7 +15,8 @@ use common::process::{free_port, table_titles, Follower, Syncline};
 use serde_json::Value;
 use syncline_testkit::PgCluster;
 
-/// A cluster with `items(id, title)` holding 100 rows, and a directory for server logs.
+/// A cluster with `items(id, title)` holding 100 rows, and a directory for server logs (kept
+/// for a failing test's message; each test removes it once it passed).
 async fn cluster() -> (PgCluster, tokio_postgres::Client, PathBuf) {
     let cluster = tokio::task::spawn_blocking(PgCluster::start).await.unwrap();
     let db = cluster.connect("postgres").await;
@@ -237,6 +238,7 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(status, 409, "the replica learns of the deletion");
+    std::fs::remove_dir_all(&logs).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,6 +315,7 @@ async fn a_standby_takes_over_after_sigterm_and_after_sigkill_without_loss() {
             .await;
         assert_eq!(&fresh.handle, handle, "no shape was made again");
     }
+    std::fs::remove_dir_all(&logs).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,4 +411,5 @@ async fn a_standby_and_a_replica_never_write_a_byte() {
     f.catch_up(&replica, &http).await.unwrap();
     f.converge(&replica, &http, &table_titles(&db, "true").await, &logs)
         .await;
+    std::fs::remove_dir_all(&logs).unwrap();
 }
