@@ -2,6 +2,8 @@
 //! every line, the fatal one included, no colour codes off a terminal), a line per request at
 //! debug, and start and shutdown lines.
 
+mod common;
+
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -82,10 +84,7 @@ async fn start_requests_and_shutdown_are_logged() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let http = common::http_client();
     let health = format!("http://127.0.0.1:{port}/v1/health");
     for _ in 0..300 {
         if http
