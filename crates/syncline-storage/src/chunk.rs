@@ -597,6 +597,29 @@ impl OpenChunk {
         self.journal.file.release();
     }
 
+    /// Whether none of the chunk's files is open.
+    pub fn files_closed(&self) -> bool {
+        [&self.json, &self.keys, &self.recs]
+            .iter()
+            .all(|a| !a.file.is_open())
+            && !self.journal.file.is_open()
+    }
+
+    /// Whether the chunk files were written in place since their last sync, so that the next
+    /// sync needs them ([`OpenChunk::files_to_sync`]).
+    pub fn chunk_files_unsynced(&self) -> bool {
+        self.in_place_unsynced
+    }
+
+    /// Closes the chunk's files, keeping its buffers and everything else: they reopen as they
+    /// are written.
+    pub fn release_files(&mut self) {
+        for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
+            appender.file.release();
+        }
+        self.journal.file.release();
+    }
+
     /// Whether the chunk's files are as this writer left them when it released them: the
     /// journal still the one it wrote (any other writer that opened the chunk since either
     /// started a new journal or appended records) and each chunk file exactly as long as

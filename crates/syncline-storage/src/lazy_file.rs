@@ -49,6 +49,11 @@ impl LazyFile {
         &self.path
     }
 
+    /// Whether the file is open now.
+    pub fn is_open(&self) -> bool {
+        self.file.get().is_some()
+    }
+
     /// Closes the file if it is open; the next [`LazyFile::get`] opens it again.
     pub fn release(&mut self) {
         self.file.take();

@@ -270,18 +270,21 @@ impl Writer {
         true
     }
 
-    /// Writes out the buffers (not synced) and closes the writer's files, keeping its lock and
-    /// everything it knows, for a writer in the middle of a transaction that reaches more logs
-    /// than may be open at once. Nothing is checked when it goes on: its files reopen as they
-    /// are needed (a flush with nothing left to write needs none of them). Holds one
-    /// descriptor, the lock.
+    /// Closes the writer's files, keeping its lock and everything it knows, busy or idle: for
+    /// more writers than may be open at once. Buffers past [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`]
+    /// are written out first (not synced); smaller ones are kept, so that a writer held between
+    /// the changes of a transaction and its flush opens its files once, at the flush. Nothing
+    /// is checked when it goes on (nobody else could take the lock): its files reopen as they
+    /// are written. Holds one descriptor, the lock.
     pub fn close_files(&mut self) -> Result<()> {
         if self.lock.is_none() {
             return Ok(());
         }
         self.guarded(|w| {
-            w.tail.write_out(&w.io, false)?;
-            w.tail.release();
+            if w.tail.buffered_bytes() > crate::IDLE_WRITER_BUFFER_BYTES_MAX {
+                w.tail.write_out(&w.io, false)?;
+            }
+            w.tail.release_files();
             w.index.release();
             Ok(())
         })
@@ -586,7 +589,14 @@ struct Prepared<'a> {
 /// Writes one log's buffers and gathers what it needs to become durable: through the group
 /// journal (`journaled`) or by its own syncs.
 fn prepare<'a>(writer: &'a mut Writer, journaled: bool) -> Prepared<'a> {
+    // A writer that came with its files closed (held between flushes) closes them again once
+    // written, when the group journal makes them durable: a flush of thousands of such logs
+    // then needs a few descriptors at a time, not three per log.
+    let held = writer.lock.is_some() && writer.tail.files_closed();
     let result = writer.write_unsynced(journaled);
+    if held && journaled && result.is_ok() && !writer.tail.chunk_files_unsynced() {
+        writer.tail.release_files();
+    }
     let writer: &'a Writer = writer;
     let mut prepared = Prepared {
         failure: None,
