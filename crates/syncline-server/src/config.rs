@@ -112,13 +112,21 @@ pub struct Config {
     pub tcp_send_timeout: Duration,
 
     /// Shape logs kept open at once (each holds up to six file descriptors); past it the least
-    /// recently used idle ones are parked: their files are closed and their writer's state is
-    /// kept, so the next change resumes them without reading the log. Default: as many as the
-    /// descriptors the open connections leave allow (a quarter of the open-files limit, at least 256, kept
-    /// for everything else, six per log), at least 16; logs past it are parked as connections
-    /// come.
+    /// recently used are held: their files are closed, their lock and their writer's state
+    /// kept, so the next change opens only the files it writes. Held logs take the descriptors
+    /// the open ones leave (one each); past that the least recently used idle ones are parked
+    /// (their lock released too: the next change checks the log, but reads nothing). Default:
+    /// what the held logs and the open connections leave of the descriptors (a quarter of the
+    /// open-files limit, at least 256, is kept for everything else), six per log, at least 16;
+    /// logs past it are held as connections come.
     #[arg(long, env = "SYNCLINE_OPEN_LOGS_MAX")]
     pub open_logs_max: Option<usize>,
+
+    /// Shape logs kept held at once (files closed, lock kept: one file descriptor each); past
+    /// it the least recently used idle ones are parked. Default: the descriptors that the open
+    /// connections and `--open-logs-max` (or 16) open logs leave to logs.
+    #[arg(long, env = "SYNCLINE_HELD_LOGS_MAX")]
+    pub held_logs_max: Option<usize>,
 
     /// Shape logs kept parked at once (no file descriptors, about a kilobyte of memory each);
     /// past it the least recently used are closed (an idle shape then holds no writer at

@@ -56,7 +56,9 @@ pub struct Metrics {
     pub shapes: Gauge,
     /// Shape log writers open (holding their files).
     pub shape_logs_open: Gauge,
-    /// Shape log writers parked (files closed, state kept).
+    /// Shape log writers held (files closed, lock and state kept).
+    pub shape_logs_held: Gauge,
+    /// Shape log writers parked (files closed and lock released, state kept).
     pub shape_logs_parked: Gauge,
     /// Responses sent gzipped.
     pub gzip_responses: Counter,
@@ -105,6 +107,7 @@ impl Default for Metrics {
             admission_in_flight: Family::default(),
             shapes: Gauge::default(),
             shape_logs_open: Gauge::default(),
+            shape_logs_held: Gauge::default(),
             shape_logs_parked: Gauge::default(),
             gzip_responses: Counter::default(),
             gzip_cache_hits: Counter::default(),
@@ -154,8 +157,13 @@ impl Metrics {
             self.shape_logs_open.clone(),
         );
         r.register(
+            "shape_logs_held",
+            "Shape log writers held: files closed, lock and state kept",
+            self.shape_logs_held.clone(),
+        );
+        r.register(
             "shape_logs_parked",
-            "Shape log writers parked: files closed, state kept",
+            "Shape log writers parked: files closed and lock released, state kept",
             self.shape_logs_parked.clone(),
         );
         r.register(

@@ -90,12 +90,11 @@ pub async fn start(config: Config) -> Result<Server, String> {
     let open_files = usize::try_from(open_files_limit()).unwrap_or(usize::MAX);
     let connections = Arc::new(AtomicUsize::new(0));
     let bounds = WriterBounds {
-        open: match config.open_logs_max {
-            Some(n) => OpenBound::Fixed(n),
-            None => OpenBound::Shared {
-                open_files,
-                connections: connections.clone(),
-            },
+        open: OpenBound {
+            open_files,
+            connections: connections.clone(),
+            open_max: config.open_logs_max,
+            held_max: config.held_logs_max,
         },
         parked: config.parked_logs_max.unwrap_or_else(|| {
             config

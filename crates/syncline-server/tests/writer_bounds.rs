@@ -1,6 +1,6 @@
-//! More shapes written than the server keeps writers open or parked for: writers are parked
-//! and closed past their bounds and resumed or reopened by the next change, and every shape
-//! still ends up holding exactly what Postgres holds.
+//! More shapes written than the server keeps writers open, held or parked for: writers are
+//! held, parked and closed past their bounds and resumed or reopened by the next change, and
+//! every shape still ends up holding exactly what Postgres holds.
 
 mod common;
 
@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use common::{fixture_with, Fixture};
 use serde_json::Value;
+use syncline_server::shapes::WriterCounts;
 
 const SHAPES: i32 = 10;
 const OPEN_MAX: usize = 2;
+const HELD_MAX: usize = 2;
 const PARKED_MAX: usize = 3;
 
 /// Applies change messages to rows keyed by id: the `v` column, as inserts and updates set it.
@@ -68,13 +70,13 @@ async fn catch_up(
     }
 }
 
-/// The server's open and parked writers once `done` holds for them, or after 10 s.
-async fn writers_once(f: &Fixture, done: impl Fn(usize, usize) -> bool) -> (usize, usize) {
+/// The server's writers once `done` holds for them, or after 10 s.
+async fn writers_once(f: &Fixture, done: impl Fn(WriterCounts) -> bool) -> WriterCounts {
     let started = Instant::now();
     loop {
-        let (open, parked) = f.server.state.shapes.writers();
-        if done(open, parked) || started.elapsed() > Duration::from_secs(10) {
-            return (open, parked);
+        let writers = f.server.state.shapes.writers();
+        if done(writers) || started.elapsed() > Duration::from_secs(10) {
+            return writers;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -89,6 +91,7 @@ async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
         ),
         |config| {
             config.open_logs_max = Some(OPEN_MAX);
+            config.held_logs_max = Some(HELD_MAX);
             config.parked_logs_max = Some(PARKED_MAX);
         },
     )
@@ -124,13 +127,15 @@ async fn shapes_past_the_writer_bounds_hold_what_postgres_holds() {
     for (g, query, handle, offset, rows) in &mut shapes {
         catch_up(&f, query, handle, offset.clone(), rows, *g).await;
     }
-    let (open, parked) =
-        writers_once(&f, |open, parked| open <= OPEN_MAX && parked <= PARKED_MAX).await;
+    let within =
+        |w: WriterCounts| w.open <= OPEN_MAX && w.held <= HELD_MAX && w.parked <= PARKED_MAX;
+    let writers = writers_once(&f, within).await;
+    assert!(within(writers), "{writers:?}: past the bounds");
+    assert!(writers.held > 0, "writers are held before they are parked");
     assert!(
-        open <= OPEN_MAX && parked <= PARKED_MAX,
-        "{open} writers open and {parked} parked, past the bounds"
+        writers.parked > 0,
+        "idle writers are parked before they are closed"
     );
-    assert!(parked > 0, "idle writers are parked before they are closed");
 }
 
 /// One insert into every one of 120 shapes, by a server whose open-files limit (256) cannot
@@ -169,11 +174,20 @@ async fn idle_writers_are_parked_and_resume() {
         for (g, query, handle, offset, rows) in &mut shapes {
             catch_up(&f, query, handle, offset.clone(), rows, *g).await;
         }
-        let (open, _) = f.server.state.shapes.writers();
-        assert!(open > 0, "the change opened the shapes' writers");
-        let (open, parked) = writers_once(&f, |open, _| open == 0).await;
-        assert_eq!(open, 0, "writers left open after 10 s idle");
-        assert_eq!(parked, FEW as usize, "each shape's writer is parked");
+        assert!(
+            f.server.state.shapes.writers().open > 0,
+            "the change opened the shapes' writers"
+        );
+        let writers = writers_once(&f, |w| w.open + w.held == 0).await;
+        assert_eq!(
+            (writers.open, writers.held),
+            (0, 0),
+            "writers left open or held after 10 s idle"
+        );
+        assert_eq!(
+            writers.parked, FEW as usize,
+            "each shape's writer is parked"
+        );
     }
 }
 

@@ -174,9 +174,10 @@ fn metrics(state: &AppState) -> Response {
     let m = &state.metrics;
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     m.shapes.set(gauge(state.shapes.len()));
-    let (open, parked) = state.shapes.writers();
-    m.shape_logs_open.set(gauge(open));
-    m.shape_logs_parked.set(gauge(parked));
+    let writers = state.shapes.writers();
+    m.shape_logs_open.set(gauge(writers.open));
+    m.shape_logs_held.set(gauge(writers.held));
+    m.shape_logs_parked.set(gauge(writers.parked));
     let (_, reported) = health_status(state);
     for status in ["starting", "waiting", "active", "degraded"] {
         m.health

@@ -572,19 +572,26 @@ impl Pipeline {
         self.metrics.replication_lag_seconds.set(lag_s);
     }
 
-    /// With more shape logs open (or parked) than their bound, makes what is committed durable
-    /// and parks the least recently used logs (those of the open transaction keep only their
-    /// lock, so that one reaching thousands of shapes does not run out of file descriptors),
-    /// and closes the least recently used parked ones, before a change opens more.
+    /// Keeps the shape logs within their bounds before a change opens more: with more open
+    /// than their bound, holds the least recently used (those of the open transaction too:
+    /// one reaching thousands of shapes keeps only their locks, not their files); with more
+    /// held or parked than theirs, makes what is committed durable first, so that the least
+    /// recently used idle ones park, and the least recently used parked ones close.
     fn make_room(&mut self) {
         if !self.shapes.writers_over_bound() {
             return;
         }
-        self.first_unflushed.get_or_insert_with(Instant::now);
-        self.flush();
+        let resting_over = self.shapes.resting_writers_over_bound();
+        if resting_over {
+            self.first_unflushed.get_or_insert_with(Instant::now);
+            self.flush();
+        }
         tokio::task::block_in_place(|| {
-            self.shapes.park_writers(true);
-            self.shapes.close_parked_writers();
+            self.shapes.hold_writers();
+            if resting_over {
+                self.shapes.park_held_writers();
+                self.shapes.close_parked_writers();
+            }
         });
     }
 
@@ -762,6 +769,9 @@ impl Pipeline {
                     Err(e) => failed.push((oid, id, e)),
                 }
             }
+            for guard in &mut guards {
+                guard.hold_if_over_bound();
+            }
         });
         for (oid, id, e) in failed {
             self.storage_failed(oid, id, e);
@@ -907,14 +917,14 @@ impl ShapeLog for WriterLog<'_> {
     fn append(&mut self, messages: &[PendingMessage]) -> syncline_storage::Result<()> {
         let mut writer = self.0.writer.lock();
         writer.get()?.append(&as_messages(messages))?;
-        writer.park_if_over_bound();
+        writer.hold_if_over_bound();
         Ok(())
     }
 
     fn commit(&mut self) -> syncline_storage::Result<()> {
         let mut writer = self.0.writer.lock();
         writer.get()?.commit()?;
-        writer.park_if_over_bound();
+        writer.hold_if_over_bound();
         Ok(())
     }
 

@@ -16,32 +16,53 @@ const PROBE_FILE: &str = ".write-probe";
 /// Bytes the probe writes: room for a little more than one transaction's flush.
 const PROBE_BYTES: usize = 1 << 20;
 
-/// The store of shape logs, with the writer settings, and the count of open and parked
-/// writers.
+/// The store of shape logs, with the writer settings, and the count of writers in each
+/// [`WriterState`].
 #[derive(Debug)]
 pub struct Logs {
     store: RwLock<Store>,
     options: WriterOptions,
-    /// Writers open now (holding their files).
-    open_writers: AtomicUsize,
-    /// Writers kept open before the least recently used idle ones are parked.
-    open_writers_max: OpenBound,
-    /// Writers parked now (no files held; see [`syncline_storage::Writer::park`]).
-    parked_writers: AtomicUsize,
+    /// Writers in each state now, by [`WriterState::index`].
+    counts: [AtomicUsize; 3],
+    /// How many writers are kept open and held.
+    open_bound: OpenBound,
     /// Writers kept parked before the least recently used are closed.
-    parked_writers_max: usize,
+    parked_bound: usize,
     /// A logical clock for writers' last use.
     clock: AtomicU64,
-    /// Woken when a writer opens or parks past a bound, or descriptors ran out.
+    /// Woken when a writer enters a state past its bound, or descriptors ran out.
     over_bound: Notify,
-    /// The process ran out of descriptors: every idle open writer is to be parked.
+    /// The process ran out of descriptors: every idle open or held writer is to be parked.
     shed: AtomicBool,
 }
 
-/// How many writers to keep, open and parked.
+/// What an existing writer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterState {
+    /// In use: its files open as it writes them (up to six descriptors).
+    Open,
+    /// Its files closed and its lock kept ([`syncline_storage::Writer::close_files`]): one
+    /// descriptor; it goes on without opening or checking anything but the files it writes.
+    Held,
+    /// Its files and lock released ([`syncline_storage::Writer::park`]): no descriptor; it
+    /// goes on after taking the lock again and checking the log.
+    Parked,
+}
+
+impl WriterState {
+    fn index(self) -> usize {
+        match self {
+            WriterState::Open => 0,
+            WriterState::Held => 1,
+            WriterState::Parked => 2,
+        }
+    }
+}
+
+/// How many writers to keep, open, held and parked.
 #[derive(Debug, Clone)]
 pub struct WriterBounds {
-    /// Writers kept open (six descriptors each at most).
+    /// Writers kept open and held.
     pub open: OpenBound,
     /// Writers kept parked (no descriptor, about a kilobyte of memory each).
     pub parked: usize,
@@ -51,57 +72,67 @@ pub struct WriterBounds {
 const OPEN_WRITER_DESCRIPTORS: usize = 6;
 /// Open writers kept whatever the descriptors.
 const OPEN_WRITERS_MIN: usize = 16;
-/// Descriptors a shared bound leaves to everything but logs and connections, at least.
+/// Descriptors a bound leaves to everything but logs and connections, at least.
 const RESERVED_DESCRIPTORS_MIN: usize = 256;
 
-/// How many writers are kept open.
+/// How many writers are kept open and how many held, from the descriptors: of `open_files`, a
+/// quarter (at least 256) is kept for everything else (Postgres connections, readers, a burst
+/// of new connections), one goes to each connection open now, and the rest to writers, six to
+/// each open one and one to each held one. Open writers take what the held ones leave (at least
+/// 16, or `--open-logs-max`); held writers take what the open ones leave at their least. So a
+/// few thousand logs all stay open, and past that open writers give way to held ones, which
+/// cost a sixth of the descriptors and go on by opening only the files they write: a writer is
+/// parked (and its next use checks the log) only when descriptors run short of one for each.
+/// Writers past it are held or parked as connections come, and every idle one when accepting
+/// a connection finds no descriptor ([`Logs::shed`]).
 #[derive(Debug, Clone)]
-pub enum OpenBound {
-    /// This many.
-    Fixed(usize),
-    /// As many as the descriptors the connections leave allow: of `open_files`, a quarter (at
-    /// least 256) is kept for everything else (Postgres connections, readers, a burst of new
-    /// connections),
-    /// one goes to each connection open now (`connections`), and six to each writer; at least
-    /// 16. Writers past it are parked as connections come, and every idle one when accepting a
-    /// connection finds no descriptor ([`Logs::shed`]).
-    Shared {
-        /// The process's open-files limit.
-        open_files: usize,
-        /// The HTTP connections open now.
-        connections: Arc<AtomicUsize>,
-    },
+pub struct OpenBound {
+    /// The process's open-files limit.
+    pub open_files: usize,
+    /// The HTTP connections open now.
+    pub connections: Arc<AtomicUsize>,
+    /// Writers kept open, if fixed (`--open-logs-max`).
+    pub open_max: Option<usize>,
+    /// Writers kept held, if fixed (`--held-logs-max`).
+    pub held_max: Option<usize>,
 }
 
 impl OpenBound {
-    /// The bound now.
-    pub fn get(&self) -> usize {
-        match self {
-            OpenBound::Fixed(n) => *n,
-            OpenBound::Shared {
-                open_files,
-                connections,
-            } => {
-                let left = open_files
-                    .saturating_sub((open_files / 4).max(RESERVED_DESCRIPTORS_MIN))
-                    .saturating_sub(connections.load(Ordering::Relaxed));
-                (left / OPEN_WRITER_DESCRIPTORS).max(OPEN_WRITERS_MIN)
-            }
-        }
+    /// Descriptors left to writers now.
+    fn descriptors(&self) -> usize {
+        self.open_files
+            .saturating_sub((self.open_files / 4).max(RESERVED_DESCRIPTORS_MIN))
+            .saturating_sub(self.connections.load(Ordering::Relaxed))
+    }
+
+    /// Writers kept open now, with `held` writers held.
+    pub fn open(&self, held: usize) -> usize {
+        self.open_max.unwrap_or_else(|| {
+            (self.descriptors().saturating_sub(held) / OPEN_WRITER_DESCRIPTORS)
+                .max(OPEN_WRITERS_MIN)
+        })
+    }
+
+    /// Writers kept held now: the descriptors the open ones leave at their least.
+    pub fn held(&self) -> usize {
+        self.held_max.unwrap_or_else(|| {
+            let open_least = self.open_max.unwrap_or(OPEN_WRITERS_MIN);
+            self.descriptors()
+                .saturating_sub(OPEN_WRITER_DESCRIPTORS * open_least)
+        })
     }
 }
 
 impl Logs {
     /// The logs in `store` (read-only or not), written with `options`, with about `bounds`
-    /// writers open and parked at most.
+    /// writers open, held and parked at most.
     pub fn new(store: Store, options: WriterOptions, bounds: WriterBounds) -> Logs {
         Logs {
             store: RwLock::new(store),
             options,
-            open_writers: AtomicUsize::new(0),
-            open_writers_max: bounds.open,
-            parked_writers: AtomicUsize::new(0),
-            parked_writers_max: bounds.parked,
+            counts: Default::default(),
+            open_bound: bounds.open,
+            parked_bound: bounds.parked,
             clock: AtomicU64::new(0),
             over_bound: Notify::new(),
             shed: AtomicBool::new(false),
@@ -141,30 +172,22 @@ impl Logs {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A writer was opened, or a parked one resumed (`resumed`).
-    pub fn writer_opened(&self, resumed: bool) {
-        if resumed {
-            let before = self.parked_writers.fetch_sub(1, Ordering::Relaxed);
-            assert!(before > 0, "more writers resumed than parked");
+    /// A writer went from state `from` to `to` (`None`: not open at all, before or after).
+    pub fn writer_moved(&self, from: Option<WriterState>, to: Option<WriterState>) {
+        if let Some(from) = from {
+            let before = self.counts[from.index()].fetch_sub(1, Ordering::Relaxed);
+            assert!(before > 0, "more writers left {from:?} than entered it");
         }
-        let open = self.open_writers.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.open_writers_max.get() {
-            self.over_bound.notify_one();
-        }
-    }
-
-    /// An open writer was parked.
-    pub fn writer_parked(&self) {
-        let before = self.open_writers.fetch_sub(1, Ordering::Relaxed);
-        assert!(before > 0, "more writers parked than open");
-        let parked = self.parked_writers.fetch_add(1, Ordering::Relaxed) + 1;
-        if parked > self.parked_writers_max {
-            self.over_bound.notify_one();
+        if let Some(to) = to {
+            let now = self.counts[to.index()].fetch_add(1, Ordering::Relaxed) + 1;
+            if now > self.bound(to) {
+                self.over_bound.notify_one();
+            }
         }
     }
 
     /// The process ran out of file descriptors (accepting a connection failed): every idle
-    /// open writer is to be parked.
+    /// open or held writer is to be parked.
     pub fn shed(&self) {
         self.shed.store(true, Ordering::Relaxed);
         self.over_bound.notify_one();
@@ -175,54 +198,28 @@ impl Logs {
         self.shed.swap(false, Ordering::Relaxed)
     }
 
-    /// Waits until a writer opens or parks past its bound, or descriptors ran out.
+    /// Waits until a writer enters a state past its bound, or descriptors ran out.
     pub async fn past_bound(&self) {
         self.over_bound.notified().await;
     }
 
-    /// A writer was closed or dropped, open or parked (`parked`).
-    pub fn writer_closed(&self, parked: bool) {
-        let count = if parked {
-            &self.parked_writers
-        } else {
-            &self.open_writers
-        };
-        let before = count.fetch_sub(1, Ordering::Relaxed);
-        assert!(before > 0, "more writers closed than opened");
+    /// How many writers are kept in `state` now.
+    pub fn bound(&self, state: WriterState) -> usize {
+        match state {
+            WriterState::Open => self.open_bound.open(self.count(WriterState::Held)),
+            WriterState::Held => self.open_bound.held(),
+            WriterState::Parked => self.parked_bound,
+        }
     }
 
-    /// How many writers are open past their bound (0 if none).
-    pub fn open_writers_over(&self) -> usize {
-        self.open_writers
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.open_writers_max.get())
+    /// Writers in `state` now.
+    pub fn count(&self, state: WriterState) -> usize {
+        self.counts[state.index()].load(Ordering::Relaxed)
     }
 
-    /// How many writers are parked past their bound (0 if none).
-    pub fn parked_writers_over(&self) -> usize {
-        self.parked_writers
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.parked_writers_max)
-    }
-
-    /// How many writers are kept open now.
-    pub fn open_bound(&self) -> usize {
-        self.open_writers_max.get()
-    }
-
-    /// How many writers are kept parked.
-    pub fn parked_bound(&self) -> usize {
-        self.parked_writers_max
-    }
-
-    /// Writers open now.
-    pub fn open_writers(&self) -> usize {
-        self.open_writers.load(Ordering::Relaxed)
-    }
-
-    /// Writers parked now.
-    pub fn parked_writers(&self) -> usize {
-        self.parked_writers.load(Ordering::Relaxed)
+    /// How many writers are in `state` past its bound (0 if none).
+    pub fn over(&self, state: WriterState) -> usize {
+        self.count(state).saturating_sub(self.bound(state))
     }
 
     /// Creates the log of a new shape.
@@ -271,22 +268,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_shared_bound_leaves_logs_what_connections_do_not_take() {
+    fn writers_take_what_connections_leave_of_the_descriptors() {
         let connections = Arc::new(AtomicUsize::new(0));
-        let bound = OpenBound::Shared {
+        let bound = OpenBound {
             open_files: 20_000,
             connections: connections.clone(),
+            open_max: None,
+            held_max: None,
         };
-        assert_eq!(bound.get(), 2_500, "three quarters of 20,000, six each");
+        assert_eq!(bound.open(0), 2_500, "three quarters of 20,000, six each");
+        assert_eq!(bound.open(9_000), 1_000, "what held writers leave");
+        assert_eq!(bound.held(), 14_904, "what 16 open writers leave");
         connections.store(3_650, Ordering::Relaxed);
-        assert_eq!(bound.get(), 1_891);
+        assert_eq!((bound.open(0), bound.held()), (1_891, 11_254));
         connections.store(15_000, Ordering::Relaxed);
-        assert_eq!(bound.get(), OPEN_WRITERS_MIN, "never below the minimum");
-        let small = OpenBound::Shared {
+        assert_eq!(bound.open(0), OPEN_WRITERS_MIN, "never below the minimum");
+        assert_eq!(bound.held(), 0);
+        let small = OpenBound {
             open_files: 1_024,
             connections: Arc::new(AtomicUsize::new(100)),
+            open_max: None,
+            held_max: None,
         };
-        assert_eq!(small.get(), 111, "256 kept for the rest at a small limit");
-        assert_eq!(OpenBound::Fixed(7).get(), 7);
+        assert_eq!(
+            (small.open(0), small.held()),
+            (111, 572),
+            "256 kept for the rest"
+        );
+        let fixed = OpenBound {
+            open_max: Some(7),
+            ..small
+        };
+        assert_eq!((fixed.open(500), fixed.held()), (7, 626));
+        let both = OpenBound {
+            held_max: Some(3),
+            ..fixed
+        };
+        assert_eq!(both.held(), 3);
     }
 }

@@ -37,7 +37,7 @@ use crate::memory;
 use crate::postgres::Postgres;
 pub use command::{Command, MoveInRows, Reflected, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
-pub use logs::{Logs, OpenBound, WriterBounds};
+pub use logs::{Logs, OpenBound, WriterBounds, WriterState};
 pub use meta::ShapeMeta;
 pub use meta::{MetaDir, ViewRecord, META_VERSION};
 use registry::Registry;
@@ -784,34 +784,39 @@ impl Shapes {
         kept
     }
 
-    /// Keeps the writers within their bounds: parks the least recently used idle ones while
-    /// more than the bound are open (a parked writer holds no file descriptor and resumes
-    /// without reading its log), and closes the least recently used parked ones while more
-    /// than their bound are parked; parks every idle one when descriptors ran out
-    /// ([`Logs::shed`]). Closing syncs the files written since their last sync, so this runs
-    /// on the blocking pool.
+    /// Keeps the writers within their bounds: holds the least recently used open ones while
+    /// more than their bound are open (a held writer keeps only its lock), parks the least
+    /// recently used idle held ones while more than their bound are held (a parked writer
+    /// holds no file descriptor and resumes without reading its log), and closes the least
+    /// recently used parked ones while more than their bound are parked; parks every idle
+    /// one when descriptors ran out ([`Logs::shed`]). Closing syncs the files written since
+    /// their last sync, so this runs on the blocking pool.
     pub async fn trim_writers(self: &Arc<Self>) {
         let shed = self.logs.take_shed();
-        if !shed && self.logs.open_writers_over() == 0 && self.logs.parked_writers_over() == 0 {
+        if !shed && !self.writers_over_bound() {
             return;
         }
         let shapes = self.clone();
-        let (parked, closed) = tokio::task::spawn_blocking(move || {
+        let (held, parked, closed) = tokio::task::spawn_blocking(move || {
+            let held = shapes.hold_writers();
             let parked = if shed {
                 shapes.park_unused_writers(u64::MAX)
             } else {
-                shapes.park_writers(false)
+                shapes.park_held_writers()
             };
-            (parked, shapes.close_parked_writers())
+            (held, parked, shapes.close_parked_writers())
         })
         .await
-        .unwrap_or((0, 0));
+        .unwrap_or((0, 0, 0));
+        let writers = self.writers();
         tracing::debug!(
+            held,
             parked,
             closed,
-            open = self.logs.open_writers(),
-            parked_now = self.logs.parked_writers(),
-            "idle shape logs parked and closed"
+            open_now = writers.open,
+            held_now = writers.held,
+            parked_now = writers.parked,
+            "idle shape logs held, parked and closed"
         );
     }
 
@@ -820,14 +825,26 @@ impl Shapes {
         self.logs.shed();
     }
 
-    /// How many shape log writers are open, and how many parked.
-    pub fn writers(&self) -> (usize, usize) {
-        (self.logs.open_writers(), self.logs.parked_writers())
+    /// How many shape log writers are open, held and parked.
+    pub fn writers(&self) -> WriterCounts {
+        WriterCounts {
+            open: self.logs.count(WriterState::Open),
+            held: self.logs.count(WriterState::Held),
+            parked: self.logs.count(WriterState::Parked),
+        }
     }
 
-    /// Whether more writers are open, or parked, than their bound.
+    /// Whether more writers are open, held or parked than their bound.
     pub fn writers_over_bound(&self) -> bool {
-        self.logs.open_writers_over() > 0 || self.logs.parked_writers_over() > 0
+        [WriterState::Open, WriterState::Held, WriterState::Parked]
+            .into_iter()
+            .any(|state| self.logs.over(state) > 0)
+    }
+
+    /// Whether more writers are held or parked than their bound (making room for more then
+    /// takes a flush: only idle writers park or close).
+    pub fn resting_writers_over_bound(&self) -> bool {
+        self.logs.over(WriterState::Held) > 0 || self.logs.over(WriterState::Parked) > 0
     }
 
     /// Applies `act` to the writers `since` says were last used when, least recently used
@@ -839,7 +856,7 @@ impl Shapes {
         over: usize,
         bound: usize,
         since: impl Fn(&ShapeWriter) -> Option<u64>,
-        act: impl Fn(&Shape, &mut ShapeWriter) -> bool,
+        act: impl Fn(&mut ShapeWriter) -> bool,
     ) -> usize {
         if over == 0 {
             return 0;
@@ -860,40 +877,44 @@ impl Shapes {
                 break;
             }
             let mut writer = shape.writer.lock();
-            if since(&writer).is_some() && act(&shape, &mut writer) {
+            if since(&writer).is_some() && act(&mut writer) {
                 done += 1;
             }
         }
         done
     }
 
-    /// Parks the least recently used idle writers until the open ones are an eighth below
-    /// their bound, or no idle one is left; with `busy_too` (the pipeline, in a transaction
-    /// that reaches more logs than may be open) also writers in the transaction, which keep
-    /// only their lock. Returns how many were parked.
-    pub fn park_writers(&self, busy_too: bool) -> usize {
-        self.trim_least_recently_used(
-            self.logs.open_writers_over(),
-            self.logs.open_bound(),
-            ShapeWriter::open_since,
-            |_, writer| writer.park(busy_too),
-        )
+    /// Holds the least recently used open writers, busy or idle, until the open ones are an
+    /// eighth below their bound. Returns how many were held.
+    pub fn hold_writers(&self) -> usize {
+        self.trim_state(WriterState::Open, ShapeWriter::hold)
+    }
+
+    /// Parks the least recently used idle held writers until the held ones are an eighth
+    /// below their bound, or no idle one is left. Returns how many were parked.
+    pub fn park_held_writers(&self) -> usize {
+        self.trim_state(WriterState::Held, ShapeWriter::park)
     }
 
     /// Closes the least recently used idle parked writers until the parked ones are an eighth
     /// below their bound; blocks while closing. Returns how many were closed.
     pub fn close_parked_writers(&self) -> usize {
+        self.trim_state(WriterState::Parked, |writer| match writer.close_if_idle() {
+            Ok(closed) => closed.is_some(),
+            Err(e) => {
+                tracing::warn!(handle = %writer.handle(), error = %e, "closing an idle shape log failed");
+                false
+            }
+        })
+    }
+
+    /// [`Shapes::trim_least_recently_used`] of the writers in `state`, past its bound.
+    fn trim_state(&self, state: WriterState, act: impl Fn(&mut ShapeWriter) -> bool) -> usize {
         self.trim_least_recently_used(
-            self.logs.parked_writers_over(),
-            self.logs.parked_bound(),
-            ShapeWriter::parked_since,
-            |shape, writer| match writer.close_if_idle() {
-                Ok(closed) => closed.is_some(),
-                Err(e) => {
-                    tracing::warn!(handle = %shape.handle, error = %e, "closing an idle shape log failed");
-                    false
-                }
-            },
+            self.logs.over(state),
+            self.logs.bound(state),
+            |writer| writer.in_state_since(state),
+            act,
         )
     }
 
@@ -1083,9 +1104,24 @@ impl Shapes {
     }
 }
 
-/// Parks `shape`'s writer if it is open, idle and was last used before `used_before` (on the
-/// logs' clock); whether it parked it.
+/// Parks `shape`'s writer if it is open or held, idle, and was last used before `used_before`
+/// (on the logs' clock); whether it parked it.
 fn park_if_unused(shape: &Shape, used_before: u64) -> bool {
     let mut writer = shape.writer.lock();
-    writer.open_since().is_some_and(|t| t < used_before) && writer.park(false)
+    let unused = [WriterState::Open, WriterState::Held]
+        .into_iter()
+        .filter_map(|state| writer.in_state_since(state))
+        .any(|t| t < used_before);
+    unused && writer.park()
+}
+
+/// How many shape log writers are in each [`WriterState`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterCounts {
+    /// Open.
+    pub open: usize,
+    /// Held: one descriptor each, the lock.
+    pub held: usize,
+    /// Parked: no descriptor.
+    pub parked: usize,
 }

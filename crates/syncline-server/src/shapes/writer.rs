@@ -1,17 +1,19 @@
 //! A shape's log writer, shared by its snapshot task and the pipeline, and opened on first use:
 //! a shape restored at start costs no file handles and no recovery work until a change reaches
-//! it or a request needs to know where its log ends. Open writers are counted in [`Logs`]; past
-//! its bound the least recently used idle ones are parked (their files closed, their state
-//! kept: resuming reads nothing), and past the bound on parked ones the least recently used
-//! are closed (cleanly: reopening them skips recovery), so idle shapes hold no file
-//! descriptors and, once closed, no writer memory.
+//! it or a request needs to know where its log ends. Writers are counted in [`Logs`] by
+//! [`WriterState`]: past the bound on open ones the least recently used are held (their files
+//! closed, their lock kept: going on opens only what they write), past the bound on held ones
+//! the least recently used idle ones are parked (their lock released too, their state kept:
+//! resuming checks the log but reads nothing), and past the bound on parked ones the least
+//! recently used are closed (cleanly: reopening them skips recovery), so idle shapes hold no
+//! file descriptors and, once closed, no writer memory.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use syncline_core::LogOffset;
 use syncline_storage::{StorageError, Writer};
 
-use super::logs::Logs;
+use super::logs::{Logs, WriterState};
 
 /// The writer of one shape's log, open or not yet.
 #[derive(Debug)]
@@ -20,9 +22,8 @@ pub struct ShapeWriter {
     logs: Arc<Logs>,
     /// Boxed: an idle shape's closed writer then takes a pointer's room, not a writer's.
     writer: Option<Box<Writer>>,
-    /// The writer is parked ([`Writer::park`]) or, in a transaction, closed its files
-    /// ([`Writer::close_files`]); counted parked in [`Logs`] either way.
-    parked: bool,
+    /// What the writer holds, if it exists.
+    state: WriterState,
     /// When it was last used, on the logs' clock.
     last_used: u64,
     /// The shape is being deleted: the log is never opened again.
@@ -38,14 +39,14 @@ impl SharedWriter {
     /// (recovering the log if it was not closed cleanly) when first used.
     pub fn new(handle: &str, logs: Arc<Logs>, writer: Option<Writer>) -> SharedWriter {
         if writer.is_some() {
-            logs.writer_opened(false);
+            logs.writer_moved(None, Some(WriterState::Open));
         }
         SharedWriter(Mutex::new(ShapeWriter {
             handle: handle.to_owned(),
             last_used: logs.tick(),
             logs,
             writer: writer.map(Box::new),
-            parked: false,
+            state: WriterState::Open,
             retired: false,
         }))
     }
@@ -57,6 +58,11 @@ impl SharedWriter {
 }
 
 impl ShapeWriter {
+    /// The handle of the shape whose log this is.
+    pub fn handle(&self) -> &str {
+        &self.handle
+    }
+
     /// The writer, opening the log first if it is not open.
     pub fn get(&mut self) -> syncline_storage::Result<&mut Writer> {
         if self.retired {
@@ -64,13 +70,14 @@ impl ShapeWriter {
         }
         if self.writer.is_none() {
             self.writer = Some(Box::new(self.logs.open_writer(&self.handle)?));
-            self.logs.writer_opened(false);
+            self.state = WriterState::Open;
+            self.logs.writer_moved(None, Some(WriterState::Open));
         }
         self.last_used = self.logs.tick();
         Ok(self.resumed().expect("opened above"))
     }
 
-    /// The writer if it is open or parked (a parked one is counted open again: its next use
+    /// The writer if it exists (a held or parked one is counted open again: its next use
     /// resumes it).
     pub fn opened(&mut self) -> Option<&mut Writer> {
         self.resumed()
@@ -78,54 +85,66 @@ impl ShapeWriter {
 
     fn resumed(&mut self) -> Option<&mut Writer> {
         let writer = self.writer.as_mut()?;
-        if self.parked {
-            self.parked = false;
-            self.logs.writer_opened(true);
+        if self.state != WriterState::Open {
+            self.logs
+                .writer_moved(Some(self.state), Some(WriterState::Open));
+            self.state = WriterState::Open;
         }
         Some(writer)
     }
 
-    /// When the writer was last used (on the logs' clock), if it is open and not parked.
-    pub fn open_since(&self) -> Option<u64> {
-        (self.writer.is_some() && !self.parked).then_some(self.last_used)
+    /// When the writer was last used (on the logs' clock), if it exists and is in `state`.
+    pub fn in_state_since(&self, state: WriterState) -> Option<u64> {
+        (self.writer.is_some() && self.state == state).then_some(self.last_used)
     }
 
-    /// When the writer was last used (on the logs' clock), if it is parked.
-    pub fn parked_since(&self) -> Option<u64> {
-        self.parked.then_some(self.last_used)
-    }
-
-    /// Parks the writer if it is open and idle (no transaction open, every commit durable):
-    /// its files are closed with no I/O. With `busy_too`, a writer that is not idle has its
-    /// buffers written out and its files closed instead, keeping its lock
-    /// ([`Writer::close_files`]). Returns whether it parked.
-    pub fn park(&mut self, busy_too: bool) -> bool {
-        let Some(writer) = self.writer.as_mut().filter(|_| !self.parked) else {
+    /// Holds the writer if it is open, busy or idle: its files are closed, its lock kept
+    /// ([`Writer::close_files`]). Returns whether it was held.
+    pub fn hold(&mut self) -> bool {
+        let Some(writer) = self
+            .writer
+            .as_mut()
+            .filter(|_| self.state == WriterState::Open)
+        else {
             return false;
         };
-        let parked = writer.park()
-            || (busy_too
-                && match writer.close_files() {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!(handle = %self.handle, error = %e, "closing a shape log's files failed");
-                        false
-                    }
-                });
-        if !parked {
+        if let Err(e) = writer.close_files() {
+            tracing::warn!(handle = %self.handle, error = %e, "closing a shape log's files failed");
             return false;
         }
-        self.parked = true;
-        self.logs.writer_parked();
+        self.move_to(WriterState::Held);
         true
     }
 
-    /// Parks the writer ([`ShapeWriter::park`], busy or not) if more writers are open than
-    /// their bound: for the pipeline after each append, so that one change reaching thousands
-    /// of shapes holds only their locks, not their files.
-    pub fn park_if_over_bound(&mut self) {
-        if self.logs.open_writers_over() > 0 {
-            self.park(true);
+    /// Parks the writer if it is open or held and idle (no transaction open, every commit
+    /// durable): its files are closed and its lock released, with no I/O. Returns whether it
+    /// parked.
+    pub fn park(&mut self) -> bool {
+        let Some(writer) = self
+            .writer
+            .as_mut()
+            .filter(|_| self.state != WriterState::Parked)
+        else {
+            return false;
+        };
+        if !writer.park() {
+            return false;
+        }
+        self.move_to(WriterState::Parked);
+        true
+    }
+
+    fn move_to(&mut self, state: WriterState) {
+        self.logs.writer_moved(Some(self.state), Some(state));
+        self.state = state;
+    }
+
+    /// Holds the writer ([`ShapeWriter::hold`]) if more writers are open than their bound:
+    /// for the pipeline after each use, so that one change reaching thousands of shapes holds
+    /// only their locks, not their files.
+    pub fn hold_if_over_bound(&mut self) {
+        if self.logs.over(WriterState::Open) > 0 {
+            self.hold();
         }
     }
 
@@ -167,9 +186,8 @@ impl ShapeWriter {
     fn take(&mut self) -> Option<Writer> {
         let writer = self.writer.take();
         if writer.is_some() {
-            self.logs.writer_closed(self.parked);
+            self.logs.writer_moved(Some(self.state), None);
         }
-        self.parked = false;
         writer.map(|w| *w)
     }
 }

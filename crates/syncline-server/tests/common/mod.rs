@@ -180,6 +180,7 @@ pub fn config(database_url: &str, storage: &std::path::Path) -> Config {
         prometheus_port: None,
         max_connections: None,
         open_logs_max: None,
+        held_logs_max: None,
         parked_logs_max: None,
         http_idle_timeout: Duration::from_secs(60),
         tcp_send_timeout: Duration::from_secs(30),
