@@ -438,19 +438,8 @@ impl Pipeline {
                     // Added first: the router keeps value sets only for the shapes it holds, and
                     // adding a shape starts its sets empty.
                     table.add(id, slot);
-                    if let Some(sq) = &subquery {
-                        for (i, view) in sq.views.iter().enumerate() {
-                            if unrouted || sq.negated[i] {
-                                continue;
-                            }
-                            for t in view.iter() {
-                                let values: Option<Vec<&str>> =
-                                    t.iter().map(Option::as_deref).collect();
-                                if let Some(values) = values {
-                                    table.router.view_insert(id, i, &values);
-                                }
-                            }
-                        }
+                    if let Some(sq) = subquery.as_ref().filter(|_| !unrouted) {
+                        sq.route_views(&mut table.router, id);
                     }
                     table.slots.get_mut(&id).expect("added above").subquery = subquery;
                     if unrouted {

@@ -20,7 +20,9 @@ use syncline_storage::{Message, Operation};
 use syncline_where::{PositionKind, ShapeId, Where};
 
 use super::encode::ChangeContext;
-use super::subquery::{DepKey, Event, Mode, MoveIn, QueuedTxn, Subq, ViewSet, QUEUED_TXNS_MAX};
+use super::subquery::{
+    texts, DepKey, Event, Mode, MoveIn, QueuedTxn, Subq, ViewSet, QUEUED_TXNS_MAX,
+};
 use super::table::Table;
 use super::{Pipeline, WriterLog};
 use crate::shapes::{Command, MoveInRows, Shape, Shapes, ViewRecord, ViewTuple};
@@ -50,11 +52,6 @@ pub(super) fn next_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> 
     } else {
         LogOffset::new(1, 0)
     })
-}
-
-/// A tuple's texts, if none is NULL.
-pub(super) fn texts(tuple: &ViewTuple) -> Option<Vec<&str>> {
-    tuple.iter().map(Option::as_deref).collect()
 }
 
 impl Pipeline {
@@ -93,15 +90,7 @@ impl Pipeline {
         sq.mode = Mode::Steady;
         sq.restored = false;
         sq.queue.retain(|e| matches!(e, Event::Txn(_)));
-        for (i, view) in sq.views.iter().enumerate() {
-            if !sq.negated[i] {
-                for t in view.iter() {
-                    if let Some(values) = texts(t) {
-                        table.router.view_insert(id, i, &values);
-                    }
-                }
-            }
-        }
+        sq.route_views(&mut table.router, id);
         self.apply_moves(key, Vec::new(), 0, changes);
         self.drain(key);
     }
@@ -144,15 +133,7 @@ impl Pipeline {
         }
         sq.mode = Mode::Steady;
         table.unrouted.remove(&id);
-        for (i, view) in sq.views.iter().enumerate() {
-            if !sq.negated[i] {
-                for t in view.iter() {
-                    if let Some(values) = texts(t) {
-                        table.router.view_insert(id, i, &values);
-                    }
-                }
-            }
-        }
+        sq.route_views(&mut table.router, id);
         self.drain(key);
     }
 

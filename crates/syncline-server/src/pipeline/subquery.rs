@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use syncline_core::{PgSnapshot, Value};
-use syncline_where::{Row, RowTypes, ShapeId, Subquery, Views, Where};
+use syncline_where::{Router, Row, RowTypes, ShapeId, Subquery, Views, Where};
 
 use crate::shapes::{MoveInRows, ViewTuple};
 
@@ -571,6 +571,11 @@ pub struct MoveIn {
     pub rows: Option<MoveInRows>,
 }
 
+/// A tuple's texts, if none is NULL.
+pub(super) fn texts(tuple: &ViewTuple) -> Option<Vec<&str>> {
+    tuple.iter().map(Option::as_deref).collect()
+}
+
 /// A subquery shape's state in the pipeline; see the module documentation.
 #[derive(Debug)]
 pub struct Subq {
@@ -610,6 +615,21 @@ impl Subq {
             next_move_in: 1,
             prefix,
             restored: false,
+        }
+    }
+
+    /// Gives `router`, which holds shape `id`, the shape's value sets: every subquery's but
+    /// those under NOT (their tuples take rows out of the shape, so they route none in).
+    pub fn route_views(&self, router: &mut Router, id: ShapeId) {
+        for (i, view) in self.views.iter().enumerate() {
+            if self.negated[i] {
+                continue;
+            }
+            for t in view.iter() {
+                if let Some(values) = texts(t) {
+                    router.view_insert(id, i, &values);
+                }
+            }
         }
     }
 
