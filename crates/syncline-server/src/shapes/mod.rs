@@ -820,7 +820,7 @@ impl Shapes {
         );
     }
 
-    /// The process ran out of file descriptors: every idle open writer is parked soon.
+    /// The process ran out of file descriptors: every idle open or held writer is parked soon.
     pub fn descriptors_short(&self) {
         self.logs.shed();
     }
