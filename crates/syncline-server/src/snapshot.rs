@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use crate::metrics::{Metrics, SnapshotLabels};
 use crate::postgres::Postgres;
-use crate::shapes::{Blame, Failure, LogMode, Shape, Shapes, StepError};
+use crate::shapes::{Blame, Failure, LogMode, MustSee, QueuedSnapshot, Shape, Shapes, StepError};
 use crate::subquery;
 
 /// JSON bytes buffered before they are appended to the log.
@@ -110,13 +110,16 @@ pub struct Snapshotter {
 /// Takes the snapshot of every shape queued on `queue` (at most `ELECTRIC_DB_POOL_SIZE` at
 /// once), until the queue closes and they are done. Dropping it stops every snapshot it runs
 /// (this server stopped writing).
-pub async fn run_queue(snapshotter: Snapshotter, mut queue: mpsc::UnboundedReceiver<Arc<Shape>>) {
+pub async fn run_queue(
+    snapshotter: Snapshotter,
+    mut queue: mpsc::UnboundedReceiver<QueuedSnapshot>,
+) {
     let mut running = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             shape = queue.recv() => match shape {
-                Some(shape) => {
-                    running.spawn(snapshotter.clone().run(shape));
+                Some((shape, must_see)) => {
+                    running.spawn(snapshotter.clone().run(shape, must_see));
                 }
                 None => break,
             },
@@ -127,9 +130,9 @@ pub async fn run_queue(snapshotter: Snapshotter, mut queue: mpsc::UnboundedRecei
 }
 
 impl Snapshotter {
-    /// Takes the snapshot (waiting for a pool slot first); on failure the shape is removed and
-    /// waiting requests learn why.
-    async fn run(self, shape: Arc<Shape>) {
+    /// Takes the snapshot (waiting for a pool slot first), seeing every transaction of
+    /// `must_see`; on failure the shape is removed and waiting requests learn why.
+    async fn run(self, shape: Arc<Shape>, must_see: MustSee) {
         let metrics = &self.metrics;
         metrics.snapshots_waiting.inc();
         let permit = self.postgres.query_permit().await;
@@ -137,7 +140,7 @@ impl Snapshotter {
         let result = match permit {
             Ok(permit) => {
                 metrics.snapshots_running.inc();
-                let result = self.take(&shape, permit).await;
+                let result = self.take(&shape, &must_see, permit).await;
                 metrics.snapshots_running.dec();
                 result
             }
@@ -153,6 +156,7 @@ impl Snapshotter {
     async fn take(
         &self,
         shape: &Arc<Shape>,
+        must_see: &[u32],
         permit: OwnedSemaphorePermit,
     ) -> Result<(), SnapshotError> {
         let definition = &shape.definition;
@@ -188,13 +192,13 @@ impl Snapshotter {
             .map(|f| subquery::headers_sql(f, &subquery::tag_prefix(&shape.handle), false));
         let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?
             .with_headers(headers);
-        let begun = Snapshot::begin_after(&mut conn, &query, &subquery_sql).await;
+        let begun = Snapshot::begin_after(&mut conn, &query, &subquery_sql, must_see).await;
         // A reused connection may have broken while idle: one retry on a new one.
         let (mut snapshot, mut views) = match begun {
             Err(e) if pooled.reused && e.kind() == ErrorKind::Unavailable => {
                 tracing::debug!(error = %e, "an idle snapshot connection broke; connecting again");
                 conn = self.postgres.new_query_connection(APPLICATION_NAME).await?;
-                Snapshot::begin_after(&mut conn, &query, &subquery_sql).await?
+                Snapshot::begin_after(&mut conn, &query, &subquery_sql, must_see).await?
             }
             begun => begun?,
         };

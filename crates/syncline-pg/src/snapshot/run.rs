@@ -24,6 +24,66 @@ pub struct SnapshotInfo {
     pub wal_lsn: Lsn,
 }
 
+/// The first pause before taking a snapshot again that missed a transaction it must see; each
+/// next one is twice as long, up to [`MUST_SEE_PAUSE_MAX`].
+const MUST_SEE_PAUSE_MIN: Duration = Duration::from_millis(1);
+/// The longest pause between two tries at a snapshot that sees what it must.
+const MUST_SEE_PAUSE_MAX: Duration = Duration::from_millis(50);
+/// How long a snapshot waits for a transaction before each warning that it still does.
+const MUST_SEE_WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Whether `snapshot` sees every transaction of `must_see`, or the first it does not.
+///
+/// Postgres hands a commit to logical decoding once its WAL is flushed, and shows it to other
+/// sessions only afterwards (after a synchronous standby confirmed it, if one is configured). A
+/// snapshot taken in between misses a transaction the replication stream already delivered,
+/// and whatever reads the stream from there on never sees that transaction's changes either:
+/// a snapshot that a log continues must see every transaction delivered before it.
+pub fn sees_all(snapshot: &PgSnapshot, must_see: &[u32]) -> Result<(), u32> {
+    match must_see.iter().find(|&&xid| !snapshot.is_visible(xid)) {
+        Some(&xid) => Err(xid),
+        None => Ok(()),
+    }
+}
+
+/// How long a snapshot has waited for a transaction to become visible.
+struct Waited {
+    since: Instant,
+    pause: Duration,
+    next_warning: Instant,
+}
+
+impl Waited {
+    fn new() -> Waited {
+        let now = Instant::now();
+        Waited {
+            since: now,
+            pause: MUST_SEE_PAUSE_MIN,
+            next_warning: now + MUST_SEE_WARN_INTERVAL,
+        }
+    }
+
+    /// Waits before the next try; warns while transaction `xid` stays invisible long.
+    async fn pause(&mut self, xid: u32) {
+        let now = Instant::now();
+        if now >= self.next_warning {
+            self.next_warning = now + MUST_SEE_WARN_INTERVAL;
+            tracing::warn!(
+                xid,
+                seconds = (now - self.since).as_secs(),
+                "a snapshot waits for a transaction the replication stream delivered to become visible (is a synchronous standby missing?)"
+            );
+        } else {
+            tracing::debug!(
+                xid,
+                "a snapshot missed a transaction the replication stream delivered; taking it again"
+            );
+        }
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(MUST_SEE_PAUSE_MAX);
+    }
+}
+
 /// A snapshot being streamed. Rows arrive chunk by chunk; the transaction ends with the stream.
 /// After an error the connection is in an unknown state and must be dropped.
 pub struct Snapshot<'c> {
@@ -46,41 +106,52 @@ impl<'c> Snapshot<'c> {
         conn: &'c mut WireConnection,
         query: &SnapshotQuery,
     ) -> PgResult<Snapshot<'c>> {
-        Ok(Self::begin_after(conn, query, &[]).await?.0)
+        Ok(Self::begin_after(conn, query, &[], &[]).await?.0)
     }
 
     /// [`Snapshot::begin`], running each of `first` (SQL rendered by the server, never user
     /// text) in the same transaction before the COPY, so their rows and the snapshot's are of
-    /// one instant; returns their rows as text.
+    /// one instant; returns their rows as text. The snapshot sees every transaction of
+    /// `must_see` (see [`sees_all`]).
     pub async fn begin_after(
         conn: &'c mut WireConnection,
         query: &SnapshotQuery,
         first: &[String],
+        must_see: &[u32],
     ) -> PgResult<(Snapshot<'c>, Vec<Vec<crate::wire::TextRow>>)> {
         let table = syncline_core::sql::quote_literal(&syncline_core::sql::qualified(
             &query.schema,
             &query.table,
         ));
-        let rows = conn
-            .simple_query(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
-                 SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text, \
-                 (SELECT c.reltuples::bigint FROM pg_catalog.pg_class c \
-                  WHERE c.oid = pg_catalog.to_regclass({table}))::text"
-            ))
-            .await?;
-        let field = |i: usize| {
-            rows.first()
-                .and_then(|r| r.get(i).cloned().flatten())
-                .ok_or_else(|| PgError::Protocol("no snapshot row".into()))
-        };
-        let info = SnapshotInfo {
-            pg_snapshot: field(0)?
-                .parse()
-                .map_err(|e| PgError::Protocol(format!("{e}")))?,
-            wal_lsn: field(1)?
-                .parse()
-                .map_err(|e| PgError::Protocol(format!("{e}")))?,
+        let open = format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+             SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text, \
+             (SELECT c.reltuples::bigint FROM pg_catalog.pg_class c \
+              WHERE c.oid = pg_catalog.to_regclass({table}))::text"
+        );
+        let mut waited = Waited::new();
+        let (rows, info) = loop {
+            let rows = conn.simple_query(&open).await?;
+            let field = |i: usize| {
+                rows.first()
+                    .and_then(|r| r.get(i).cloned().flatten())
+                    .ok_or_else(|| PgError::Protocol("no snapshot row".into()))
+            };
+            let info = SnapshotInfo {
+                pg_snapshot: field(0)?
+                    .parse()
+                    .map_err(|e| PgError::Protocol(format!("{e}")))?,
+                wal_lsn: field(1)?
+                    .parse()
+                    .map_err(|e| PgError::Protocol(format!("{e}")))?,
+            };
+            match sees_all(&info.pg_snapshot, must_see) {
+                Ok(()) => break (rows, info),
+                Err(xid) => {
+                    conn.simple_query("ROLLBACK").await?;
+                    waited.pause(xid).await;
+                }
+            }
         };
         // -1: never vacuumed or analyzed (and a partitioned table's own row): unknown.
         let estimated_rows = rows

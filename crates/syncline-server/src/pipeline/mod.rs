@@ -2,6 +2,7 @@
 //! appended to their logs; Postgres is told a position is flushed only once every shape log
 //! holding data up to it is durable.
 
+mod commits;
 mod deps;
 pub mod encode;
 mod feed;
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 use crate::metrics::{lsn_gauge, Metrics};
 use crate::progress::Progress;
 use crate::shapes::{Command, Shape, Shapes};
+use commits::RecentCommits;
 use encode::{ChangeContext, PendingMessage};
 use feed::{Feed, ShapeLog};
 use subquery::DepKey;
@@ -84,6 +86,8 @@ pub struct Pipeline {
     /// [`KEEPALIVE_REQUEST_INTERVAL`].
     keepalive_wanted: bool,
     last_keepalive_request: Option<Instant>,
+    /// The commits processed last: what a snapshot started now must see.
+    recent_commits: RecentCommits,
 }
 
 /// Why the pipeline stopped.
@@ -156,6 +160,7 @@ impl Pipeline {
             seeding_wanted: false,
             keepalive_wanted: false,
             last_keepalive_request: None,
+            recent_commits: RecentCommits::default(),
         }
     }
 
@@ -316,7 +321,7 @@ impl Pipeline {
         match command {
             Command::AddShape { shape, reply } => {
                 self.add_shape(shape, Feed::snapshotting(), false);
-                let _ = reply.send(());
+                let _ = reply.send(self.recent_commits.must_see());
             }
             Command::SnapshotStarted {
                 handle,
@@ -324,6 +329,7 @@ impl Pipeline {
                 views,
                 seeds,
             } => {
+                self.recent_commits.forget_seen_by(&visibility);
                 if let Some(slot) = self.slot_mut(&handle) {
                     slot.feed.snapshot_started(visibility.clone());
                 }
@@ -706,6 +712,7 @@ impl Pipeline {
             self.storage_failed(oid, id, e);
         }
         self.last_end = self.last_end.max(end_lsn);
+        self.recent_commits.record(txn.xid);
         self.commit_subqueries(txn.xid, txn.lsn, txn.deps.into_iter().collect());
         self.progress.observe_lsn(commit_lsn);
         self.metrics.transactions.inc();

@@ -397,9 +397,10 @@ impl Pipeline {
         .map(|q| q.with_headers(Some(headers_sql(&filter, &sq.prefix, true))));
         self.metrics.move_ins.inc();
         let shapes = self.shapes.clone();
+        let must_see = self.recent_commits.must_see();
         tokio::spawn(async move {
             let result = match query {
-                Ok(query) => read_move_in(&shapes, &query)
+                Ok(query) => read_move_in(&shapes, &query, &must_see)
                     .await
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
@@ -420,6 +421,9 @@ impl Pipeline {
         id: u64,
         result: Result<MoveInRows, String>,
     ) {
+        if let Ok(rows) = &result {
+            self.recent_commits.forget_seen_by(&rows.visibility);
+        }
         let Some(&key) = self.by_handle.get(handle) else {
             return;
         };
@@ -692,15 +696,20 @@ impl Pipeline {
     }
 }
 
-/// Runs a move-in query: its snapshot and its rows' messages.
-async fn read_move_in(shapes: &Arc<Shapes>, query: &SnapshotQuery) -> Result<MoveInRows, PgError> {
+/// Runs a move-in query, in a snapshot that sees every transaction of `must_see`: its snapshot
+/// and its rows' messages.
+async fn read_move_in(
+    shapes: &Arc<Shapes>,
+    query: &SnapshotQuery,
+    must_see: &[u32],
+) -> Result<MoveInRows, PgError> {
     let postgres = shapes.postgres();
     let _permit = postgres
         .query_permit()
         .await
         .map_err(|_| PgError::Protocol("the query pool closed".into()))?;
     let mut conn = postgres.new_query_connection("syncline-move-in").await?;
-    let mut snapshot = Snapshot::begin(&mut conn, query).await?;
+    let (mut snapshot, _) = Snapshot::begin_after(&mut conn, query, &[], must_see).await?;
     let info = snapshot.info().clone();
     let mut encoder = RowEncoder::for_query(query);
     let mut rows = Vec::new();

@@ -25,6 +25,10 @@ pub struct Reflected {
     pub seen: Option<PgSnapshot>,
 }
 
+/// The transactions the pipeline processed before a shape's routing (or a move-in) began: the
+/// snapshot that its log continues must see them all.
+pub type MustSee = Arc<[u32]>;
+
 /// What a move-in query found: the rows newly in the shape, and the snapshot they are of.
 #[derive(Debug)]
 pub struct MoveInRows {
@@ -43,8 +47,8 @@ pub enum Command {
     AddShape {
         /// The shape.
         shape: Arc<Shape>,
-        /// Answered once changes are routed to the shape.
-        reply: oneshot::Sender<()>,
+        /// Answered once changes are routed to the shape, with what its snapshot must see.
+        reply: oneshot::Sender<MustSee>,
     },
     /// The shape's snapshot has recorded its visibility.
     SnapshotStarted {

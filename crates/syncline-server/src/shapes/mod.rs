@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::memory;
 use crate::postgres::Postgres;
-pub use command::{Command, MoveInRows, Reflected, RestoredViews, ViewTuple};
+pub use command::{Command, MoveInRows, MustSee, Reflected, RestoredViews, ViewTuple};
 pub use definition::{LogMode, Replica, ShapeDefinition};
 pub use logs::{Logs, OpenBound, WriterBounds, WriterState};
 pub use meta::ShapeMeta;
@@ -105,8 +105,11 @@ pub struct WriterStart {
     /// The pipeline's commands.
     pub command_queue: mpsc::Receiver<Command>,
     /// New shapes waiting for their snapshot.
-    pub snapshot_queue: mpsc::UnboundedReceiver<Arc<Shape>>,
+    pub snapshot_queue: mpsc::UnboundedReceiver<QueuedSnapshot>,
 }
+
+/// A new shape waiting for its snapshot, and the transactions that snapshot must see.
+pub type QueuedSnapshot = (Arc<Shape>, MustSee);
 
 /// A stored shape restored at start, with the visibility of its snapshot (the pipeline skips
 /// the transactions it saw).
@@ -121,7 +124,7 @@ pub struct Shapes {
     /// The running pipeline's commands (closed while this server is not the writer).
     commands: RwLock<mpsc::Sender<Command>>,
     /// The snapshot queue (closed while this server is not the writer).
-    snapshots: RwLock<mpsc::UnboundedSender<Arc<Shape>>>,
+    snapshots: RwLock<mpsc::UnboundedSender<QueuedSnapshot>>,
     /// Creations under way, by definition identity: a second request for a definition waits
     /// for the first; shapes of different definitions are made at once.
     creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -589,16 +592,20 @@ impl Shapes {
             shape: shape.clone(),
             reply,
         };
-        if self.commands().send(command).await.is_err() || added.await.is_err() {
+        if self.commands().send(command).await.is_err() {
             self.discard(&shape);
             return Err(CreateError::PipelineDown);
         }
+        let Ok(must_see) = added.await else {
+            self.discard(&shape);
+            return Err(CreateError::PipelineDown);
+        };
         tracing::info!(handle = %shape.handle, table = %shape.definition.table, "shape created");
         let queued = self
             .snapshots
             .read()
             .expect("snapshots lock")
-            .send(shape.clone());
+            .send((shape.clone(), must_see));
         if queued.is_err() {
             self.delete(&shape).await;
             return Err(CreateError::PipelineDown);
