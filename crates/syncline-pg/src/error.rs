@@ -51,6 +51,16 @@ pub enum PgError {
     /// The connection settings are unusable.
     #[error("invalid connection settings: {0}")]
     Config(String),
+    /// A transaction the replication stream delivered stayed invisible to new snapshots: its
+    /// session waits for something before it shows the commit, most likely a synchronous
+    /// standby's confirmation.
+    #[error("transaction {xid}, delivered by the replication stream, was still not visible to new snapshots after {seconds} s (does its commit wait for a synchronous standby, see synchronous_standby_names?)")]
+    Invisible {
+        /// The transaction.
+        xid: u32,
+        /// How long the snapshot waited.
+        seconds: u64,
+    },
 }
 
 /// What kind of failure a [`PgError`] is, for callers that answer for it.
@@ -108,7 +118,10 @@ impl PgError {
             PgError::Client(e) => {
                 e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>())
             }
-            PgError::Tls(_) | PgError::Protocol(_) | PgError::Config(_) => false,
+            PgError::Tls(_)
+            | PgError::Protocol(_)
+            | PgError::Config(_)
+            | PgError::Invisible { .. } => false,
         }
     }
 
@@ -119,7 +132,9 @@ impl PgError {
         match self {
             PgError::Server { code, .. } => ErrorKind::of_sqlstate(code),
             PgError::Connect { cause, .. } => cause.kind(),
-            PgError::Io(_) | PgError::Closed(_) | PgError::Tls(_) => ErrorKind::Unavailable,
+            PgError::Io(_) | PgError::Closed(_) | PgError::Tls(_) | PgError::Invisible { .. } => {
+                ErrorKind::Unavailable
+            }
             PgError::Client(_) if self.is_transient() => ErrorKind::Unavailable,
             PgError::Client(_) | PgError::Protocol(_) | PgError::Config(_) => ErrorKind::Other,
         }

@@ -31,6 +31,9 @@ const MUST_SEE_PAUSE_MIN: Duration = Duration::from_millis(1);
 const MUST_SEE_PAUSE_MAX: Duration = Duration::from_millis(50);
 /// How long a snapshot waits for a transaction before each warning that it still does.
 const MUST_SEE_WARN_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a snapshot waits for a transaction at most: then it fails
+/// ([`PgError::Invisible`]) rather than hold its connection for good.
+const MUST_SEE_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Whether `snapshot` sees every transaction of `must_see`, or the first it does not.
 ///
@@ -48,14 +51,14 @@ pub fn sees_all(snapshot: &PgSnapshot, must_see: &[u32]) -> Result<(), u32> {
 
 /// How long a snapshot has waited for a transaction to become visible.
 struct Waited {
-    since: Instant,
+    since: tokio::time::Instant,
     pause: Duration,
-    next_warning: Instant,
+    next_warning: tokio::time::Instant,
 }
 
 impl Waited {
     fn new() -> Waited {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         Waited {
             since: now,
             pause: MUST_SEE_PAUSE_MIN,
@@ -63,9 +66,16 @@ impl Waited {
         }
     }
 
-    /// Waits before the next try; warns while transaction `xid` stays invisible long.
-    async fn pause(&mut self, xid: u32) {
-        let now = Instant::now();
+    /// Waits before the next try; warns while transaction `xid` stays invisible long, and
+    /// fails once it did for [`MUST_SEE_WAIT_MAX`].
+    async fn pause(&mut self, xid: u32) -> PgResult<()> {
+        let now = tokio::time::Instant::now();
+        if now - self.since >= MUST_SEE_WAIT_MAX {
+            return Err(PgError::Invisible {
+                xid,
+                seconds: (now - self.since).as_secs(),
+            });
+        }
         if now >= self.next_warning {
             self.next_warning = now + MUST_SEE_WARN_INTERVAL;
             tracing::warn!(
@@ -81,6 +91,7 @@ impl Waited {
         }
         tokio::time::sleep(self.pause).await;
         self.pause = (self.pause * 2).min(MUST_SEE_PAUSE_MAX);
+        Ok(())
     }
 }
 
@@ -149,7 +160,7 @@ impl<'c> Snapshot<'c> {
                 Ok(()) => break (rows, info),
                 Err(xid) => {
                     conn.simple_query("ROLLBACK").await?;
-                    waited.pause(xid).await;
+                    waited.pause(xid).await?;
                 }
             }
         };
@@ -241,5 +252,55 @@ impl<'c> Snapshot<'c> {
             }
         }
         Ok(more)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_sees_what_it_must_or_names_the_first_it_misses() {
+        let snapshot: PgSnapshot = "100:110:103,105".parse().unwrap();
+        assert_eq!(sees_all(&snapshot, &[]), Ok(()));
+        assert_eq!(sees_all(&snapshot, &[90, 99, 104, 109]), Ok(()));
+        assert_eq!(
+            sees_all(&snapshot, &[90, 105, 103]),
+            Err(105),
+            "running when taken"
+        );
+        assert_eq!(sees_all(&snapshot, &[90, 110]), Err(110), "committed after");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_pauses_twice_as_long_each_time_and_gives_up_after_a_minute() {
+        let start = tokio::time::Instant::now();
+        let mut waited = Waited::new();
+        let mut tries = 0;
+        let failure = loop {
+            match waited.pause(7).await {
+                Ok(()) => tries += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(
+                failure,
+                PgError::Invisible {
+                    xid: 7,
+                    seconds: 60
+                }
+            ),
+            "{failure}"
+        );
+        assert_eq!(failure.kind(), crate::ErrorKind::Unavailable);
+        let elapsed = start.elapsed();
+        assert!(elapsed >= MUST_SEE_WAIT_MAX, "{elapsed:?}");
+        assert!(
+            elapsed < MUST_SEE_WAIT_MAX + MUST_SEE_PAUSE_MAX,
+            "{elapsed:?}"
+        );
+        // 1, 2, 4, 8, 16, 32 ms, then 50 ms pauses.
+        assert_eq!(tries, 6 + (60_000 - 63) / 50 + 1);
     }
 }
