@@ -318,9 +318,9 @@ async fn a_move_queued_during_a_move_in_does_not_replay_what_its_rows_hold() {
 /// Postgres hands a commit to logical decoding once its WAL is flushed, and shows it to other
 /// sessions only after: a snapshot taken in between misses a transaction the pipeline already
 /// processed, and its rows reach neither the snapshot nor the log. A synchronous standby that
-/// never connects holds a commit in that window until its wait is cancelled; a move-in and a
-/// new shape's snapshot taken meanwhile must wait for it (a conformance run's random
-/// differential lost a move-in's row this way under load, where the window is short).
+/// never connects holds a commit in that window until its wait is cancelled; a move-in, a new
+/// shape's snapshot and a subset query taken meanwhile must wait for it (a conformance run's
+/// random differential lost a move-in's row this way under load, where the window is short).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_see_every_transaction_the_stream_delivered_before_them() {
     let fx = fixture(SCHEMA).await;
@@ -383,6 +383,13 @@ async fn snapshots_see_every_transaction_the_stream_delivered_before_them() {
     }
     let (http, url) = (fx.http.clone(), base(&fx));
     let fresh = tokio::spawn(async move { Client::start(&http, &url, "table=child").await });
+    let subset = fx.http.get(format!(
+        "{}/v1/shape?{IN_ACTIVE}&handle={}&offset={}&subset__where=id%20%3E%200",
+        base(&fx),
+        moving.handle,
+        moving.offset
+    ));
+    let subset = tokio::spawn(async move { subset.send().await?.text().await });
     // Long enough for a snapshot that does not wait to be taken; nothing below depends on it.
     tokio::time::sleep(Duration::from_secs(1)).await;
     for sql in [
@@ -400,6 +407,16 @@ async fn snapshots_see_every_transaction_the_stream_delivered_before_them() {
         .await;
     let fresh = fresh.await.unwrap();
     assert_eq!(fresh.state.ids(), child_ids(&fx.db, "true").await);
+    let subset: Value =
+        serde_json::from_str(&subset.await.unwrap().expect("the subset's answer")).unwrap();
+    let mut ids: Vec<i64> = subset["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("subset rows: {subset}"))
+        .iter()
+        .map(|m| m["value"]["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, child_ids(&fx.db, filter).await, "the subset's rows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

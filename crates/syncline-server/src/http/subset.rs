@@ -29,6 +29,7 @@ use super::reply::{header_value, invalid, not_ready, postgres_failed, unavailabl
 use super::schema_header::electric_schema;
 use super::shape_api::Serve;
 use crate::health::Gate;
+use crate::shapes::MustSee;
 use crate::state::AppState;
 
 /// Bytes of rows collected before they are handed to the connection.
@@ -58,6 +59,10 @@ impl Serve<'_> {
             .state()
             .durable
             .map_or(LogOffset::SNAPSHOT_END, position::client_end);
+        // Rows the client read in the log must not be older in its subset.
+        let Some(must_see) = self.state.shapes.must_see().await else {
+            return unavailable(r#"{"message":"Replication is not running"}"#);
+        };
         let Ok(permit) = self.state.postgres.query_permit().await else {
             return unavailable(r#"{"message":"Server is shutting down"}"#);
         };
@@ -67,6 +72,7 @@ impl Serve<'_> {
         tokio::spawn(run(
             self.state.clone(),
             query,
+            must_see,
             mark,
             permit,
             started,
@@ -169,11 +175,13 @@ impl Serve<'_> {
     }
 }
 
-/// Runs the query on a connection of its own (holding a pool permit), tells `started` how its
-/// start went, then streams the rows, comma-separated, and the body's end into `pieces`.
+/// Runs the query on a connection of its own (holding a pool permit), in a snapshot that sees
+/// every commit of `must_see`, tells `started` how its start went, then streams the rows,
+/// comma-separated, and the body's end into `pieces`.
 async fn run(
     state: std::sync::Arc<AppState>,
     query: SnapshotQuery,
+    must_see: MustSee,
     mark: u32,
     _permit: OwnedSemaphorePermit,
     started: oneshot::Sender<PgResult<SnapshotInfo>>,
@@ -186,8 +194,8 @@ async fn run(
             return;
         }
     };
-    let mut snapshot = match Snapshot::begin(&mut conn, &query).await {
-        Ok(snapshot) => snapshot,
+    let mut snapshot = match Snapshot::begin_after(&mut conn, &query, &[], &must_see).await {
+        Ok((snapshot, _)) => snapshot,
         Err(e) => {
             let _ = started.send(Err(e));
             return;

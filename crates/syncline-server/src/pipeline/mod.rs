@@ -346,6 +346,9 @@ impl Pipeline {
                 rows,
                 views,
             } => self.dependencies_seeded(visibility, rows, views),
+            Command::RecentCommits { reply } => {
+                let _ = reply.send(self.recent_commits.must_see());
+            }
             Command::RemoveShape { handle, reply } => {
                 if let Some((oid, id)) = self.by_handle.remove(&handle) {
                     let removed = self.tables.get_mut(&oid).and_then(|t| t.remove(id));

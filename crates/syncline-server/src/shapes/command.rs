@@ -85,6 +85,11 @@ pub enum Command {
         /// The shape's handle.
         handle: String,
     },
+    /// Tell which commits a snapshot started now must see (a subset query's).
+    RecentCommits {
+        /// Answered with them.
+        reply: oneshot::Sender<MustSee>,
+    },
     /// Stop routing to a shape (it is being deleted).
     RemoveShape {
         /// The shape's handle.

@@ -242,6 +242,17 @@ impl Shapes {
         self.commands.read().expect("commands lock").clone()
     }
 
+    /// The commits the pipeline processed last, which a snapshot started now must see;
+    /// `None` while no pipeline runs.
+    pub async fn must_see(&self) -> Option<MustSee> {
+        let (reply, answer) = oneshot::channel();
+        self.commands()
+            .send(Command::RecentCommits { reply })
+            .await
+            .ok()?;
+        answer.await.ok()
+    }
+
     /// Whether this server writes the shape logs (it holds the writer's lock).
     pub fn is_writer(&self) -> bool {
         self.logs.is_writable()
