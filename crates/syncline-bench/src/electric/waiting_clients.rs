@@ -3,7 +3,8 @@
 //! `syncline_admission_in_flight{kind="existing"}` gauge counts all N, its RSS minus that of
 //! the same process with the shape up to date and no live request is divided by N. A
 //! single-row insert then answers every request, which checks they were live and times the
-//! fan-out.
+//! fan-out. Before that, another fresh server holds N connections that sent nothing: what the
+//! connection alone costs, before any request's own state.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,14 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
     let mut headline = Map::new();
     let mut errors_total = 0;
     for &n in points {
+        let rss_per_connection = idle_connections_rss(bench, n).await?;
+        if let Some(bytes) = rss_per_connection {
+            eprintln!("waiting_clients {n} idle connections: {bytes} B RSS per connection");
+            headline.insert(
+                format!("rss_bytes_per_idle_connection_at_{n}"),
+                bytes.into(),
+            );
+        }
         let server = bench
             .server_with(&["--long-poll-timeout-ms", LONG_POLL_TIMEOUT_MS])
             .await?;
@@ -73,6 +82,8 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             format!("rss_bytes_per_request_at_{n}"),
             rss_per_request.into(),
         );
+        drop(http);
+        bench.finish(server).await?;
         results.push(json!({
             "clients": n,
             "parked_requests_counted_by_server": parked,
@@ -80,6 +91,7 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             "rss_bytes_shape_up_to_date": baseline.rss_bytes,
             "rss_bytes_waiting": waiting.rss_bytes,
             "rss_bytes_per_request": rss_per_request,
+            "rss_bytes_per_idle_connection": rss_per_connection,
             "peak_rss_bytes": waiting.peak_rss_bytes,
             "open_fds_shape_up_to_date": baseline_fds,
             "open_fds_waiting": waiting_fds,
@@ -88,8 +100,6 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             "error_messages": errors.first,
             "cpu_s_park": waiting.cpu_s_since(&baseline),
         }));
-        drop(http);
-        bench.finish(server).await?;
     }
     headline.insert("errors".into(), errors_total.into());
     Ok(scenario_json(
@@ -99,10 +109,60 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             "clients": points,
             "long_poll_timeout_ms": LONG_POLL_TIMEOUT_MS,
             "rss_bytes_per_request": format!("(VmRSS with N live requests parked, each on its own keep-alive connection, counted by {PARKED_GAUGE}) - (VmRSS of the same process with the shape up to date and no live request), / N"),
+            "rss_bytes_per_idle_connection": "measured first, on another fresh server: (VmRSS with N connections open that sent nothing, all accepted: N more descriptors) - (VmRSS before), / N; none for a server this run did not start",
             "latency": "then one single-row INSERT: from its acknowledged commit until each client has read the answer holding it",
         }),
         results,
     ))
+}
+
+/// What a connection that sent nothing costs a fresh server: RSS per connection with `n` of
+/// them accepted (`None` for a server this run did not start: its memory is not known).
+async fn idle_connections_rss(bench: &mut Bench, n: usize) -> Result<Option<u64>, Error> {
+    let server = bench.server_with(&[]).await?;
+    if server.pid.is_none() {
+        bench.finish(server).await?;
+        return Ok(None);
+    }
+    tokio::time::sleep(IDLE_WAIT).await;
+    let before = server.sample()?;
+    let base_fds = open_fds(&server)?;
+    let address = server
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut connections = Vec::with_capacity(n);
+    for _ in 0..n {
+        connections.push(tokio::net::TcpStream::connect(&address).await?);
+    }
+    let start = Instant::now();
+    loop {
+        let accepted = open_fds(&server)?.saturating_sub(base_fds);
+        if accepted >= n {
+            break;
+        }
+        if start.elapsed() > PARKED_TIMEOUT {
+            let log = server
+                .process
+                .as_ref()
+                .map(|p| p.log_tail())
+                .unwrap_or_default();
+            return Err(format!(
+                "the server accepted {accepted} of {n} connections ({} descriptors before); its log:\n{log}",
+                base_fds
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let open = server.sample()?;
+    drop(connections);
+    bench.finish(server).await?;
+    Ok(Some(per(
+        open.rss_bytes.saturating_sub(before.rss_bytes),
+        n,
+    )))
 }
 
 /// Waits until the server counts `n` parked live requests; returns its count, or `None` for
