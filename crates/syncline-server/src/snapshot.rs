@@ -193,9 +193,10 @@ impl Snapshotter {
         let query = SnapshotQuery::new(&shape.relation, Some(&definition.columns), where_sql)?
             .with_headers(headers);
         let begun = Snapshot::begin_after(&mut conn, &query, &subquery_sql, must_see).await;
-        // A reused connection may have broken while idle: one retry on a new one.
+        // A reused connection may have broken while idle: one retry on a new one. (Not for
+        // any unavailability: a commit that stayed invisible has been waited for already.)
         let (mut snapshot, mut views) = match begun {
-            Err(e) if pooled.reused && e.kind() == ErrorKind::Unavailable => {
+            Err(e) if pooled.reused && e.is_transient() => {
                 tracing::debug!(error = %e, "an idle snapshot connection broke; connecting again");
                 conn = self.postgres.new_query_connection(APPLICATION_NAME).await?;
                 Snapshot::begin_after(&mut conn, &query, &subquery_sql, must_see).await?
