@@ -603,11 +603,11 @@ impl Shapes {
             shape: shape.clone(),
             reply,
         };
-        if self.commands().send(command).await.is_err() {
-            self.discard(&shape);
-            return Err(CreateError::PipelineDown);
-        }
-        let Ok(must_see) = added.await else {
+        let must_see = match self.commands().send(command).await {
+            Ok(()) => added.await.ok(),
+            Err(_) => None,
+        };
+        let Some(must_see) = must_see else {
             self.discard(&shape);
             return Err(CreateError::PipelineDown);
         };
