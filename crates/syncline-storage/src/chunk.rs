@@ -18,32 +18,98 @@ use crate::format::{
 };
 use crate::io::Io;
 use crate::lazy_file::LazyFile;
-use crate::num::to_u64;
+use crate::num::{to_u64, to_usize};
 
-/// One file of the open chunk with the bytes not yet written to it.
+/// One file of the open chunk with the bytes not yet written to it, or not yet in a journal
+/// frame: a frame may take bytes that are written to the file only later ([`Files::Defer`]).
 #[derive(Debug)]
 struct Appender {
     file: LazyFile,
     /// Bytes already written to the file.
     written: u64,
+    /// Bytes already in a journal frame.
+    framed: u64,
+    /// The bytes from `min(written, framed)` on.
     buf: Vec<u8>,
 }
 
 impl Appender {
-    fn len(&self) -> u64 {
-        self.written + to_u64(self.buf.len())
+    fn new(file: LazyFile, len: u64) -> Appender {
+        Appender {
+            file,
+            written: len,
+            framed: len,
+            buf: Vec::new(),
+        }
     }
 
+    /// Where `buf` starts in the file.
+    fn start(&self) -> u64 {
+        self.written.min(self.framed)
+    }
+
+    fn len(&self) -> u64 {
+        self.start() + to_u64(self.buf.len())
+    }
+
+    /// The bytes not yet in a journal frame.
+    fn unframed(&self) -> &[u8] {
+        &self.buf[to_usize(self.framed - self.start())..]
+    }
+
+    /// How many bytes are not yet written to the file.
+    fn unwritten_len(&self) -> usize {
+        to_usize(self.len() - self.written)
+    }
+
+    /// Writes the bytes not yet written (not synced).
     fn write_out(&mut self, io: &Io) -> Result<()> {
-        if self.buf.is_empty() {
+        let (start, len) = (self.start(), self.len());
+        if self.written == len {
             return Ok(());
         }
-        io.write_at(self.file.get()?, self.file.path(), self.written, &self.buf)?;
-        self.written += to_u64(self.buf.len());
-        self.buf.clear();
+        let unwritten = &self.buf[to_usize(self.written - start)..];
+        io.write_at(self.file.get()?, self.file.path(), self.written, unwritten)?;
+        self.written = len;
+        self.forget_done(start);
         Ok(())
     }
+
+    /// Records that a journal frame took every byte.
+    fn framed_all(&mut self) {
+        let start = self.start();
+        self.framed = self.len();
+        self.forget_done(start);
+    }
+
+    /// Drops the bytes both written and framed, `buf` having started at `old_start`.
+    fn forget_done(&mut self, old_start: u64) {
+        let done = to_usize(self.start() - old_start);
+        if done == self.buf.len() {
+            self.buf.clear();
+        } else {
+            self.buf.drain(..done);
+        }
+    }
 }
+
+/// What a write of the open chunk's buffers does with the chunk files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Files {
+    /// Writes them; the journal's frame holds the bytes too while the journal has room since
+    /// its last sync, else it describes them in place (and the next sync covers the files).
+    Write,
+    /// Writes them; the frame describes them in place, whatever the journal holds (the caller
+    /// syncs them).
+    InPlace,
+    /// Leaves the bytes in memory, unwritten, when the frame can hold them and the buffers
+    /// stay within [`DEFERRED_BYTES_MAX`]; else as [`Files::Write`]. Readers do not see them
+    /// until [`OpenChunk::write_files`].
+    Defer,
+}
+
+/// Bytes the open chunk keeps in memory, unwritten, at most ([`Files::Defer`]).
+const DEFERRED_BYTES_MAX: usize = crate::IDLE_WRITER_BUFFER_BYTES_MAX;
 
 /// The journal of the open chunk: a header, then one frame per write of the buffers.
 #[derive(Debug)]
@@ -257,11 +323,7 @@ impl OpenChunk {
         let make = |file| -> Result<Appender> {
             let path = chunk_path(dir, seq, 0, file);
             let file = io.create(&path)?;
-            Ok(Appender {
-                file: LazyFile::opened(path, file),
-                written: 0,
-                buf: Vec::new(),
-            })
+            Ok(Appender::new(LazyFile::opened(path, file), 0))
         };
         Ok(OpenChunk {
             seq,
@@ -299,11 +361,7 @@ impl OpenChunk {
                 .write(true)
                 .open(&path)
                 .map_err(io_err(&path))?;
-            Ok(Appender {
-                file: LazyFile::opened(path, file),
-                written,
-                buf: Vec::new(),
-            })
+            Ok(Appender::new(LazyFile::opened(path, file), written))
         };
         Ok(OpenChunk {
             seq,
@@ -343,9 +401,19 @@ impl OpenChunk {
         self.recs.len() / to_u64(RECORD_BYTES)
     }
 
-    /// Bytes held in memory, not yet written.
+    /// Bytes held in memory: not yet written, or not yet in a journal frame.
     pub fn buffered_bytes(&self) -> usize {
         self.json.buf.len() + self.keys.buf.len() + self.recs.buf.len()
+    }
+
+    /// Bytes not yet in a journal frame.
+    fn unframed_bytes(&self) -> usize {
+        self.json.unframed().len() + self.keys.unframed().len() + self.recs.unframed().len()
+    }
+
+    /// Bytes not yet written to the chunk files (in a frame or not): readers do not see them.
+    pub fn unwritten_bytes(&self) -> usize {
+        self.json.unwritten_len() + self.keys.unwritten_len() + self.recs.unwritten_len()
     }
 
     /// Bytes of memory the buffers hold, used or not.
@@ -353,10 +421,11 @@ impl OpenChunk {
         self.json.buf.capacity() + self.keys.buf.capacity() + self.recs.buf.capacity()
     }
 
-    /// Gives the memory of the written-out buffers back, but for [`BUFFER_KEPT_BYTES_MAX`] each,
-    /// so that an idle writer holds little however large its last transaction was.
+    /// Gives the memory of the written-out buffers back, but for [`BUFFER_KEPT_BYTES_MAX`] each
+    /// (or what they still hold, unwritten), so that an idle writer holds little however large
+    /// its last transaction was.
     pub fn shrink_buffers(&mut self) {
-        assert_eq!(self.buffered_bytes(), 0, "buffers are written out first");
+        assert_eq!(self.unframed_bytes(), 0, "buffers are framed first");
         for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
             appender.buf.shrink_to(BUFFER_KEPT_BYTES_MAX);
         }
@@ -405,41 +474,74 @@ impl OpenChunk {
     }
 
     /// Writes the buffers to the chunk files (JSON and keys before the records that point into
-    /// them), then the same bytes as one frame to the journal, or only to memory if
-    /// `defer_journal` (for the group journal, [`OpenChunk::journal_write`]). Nothing is synced.
+    /// them), then the bytes new since the last frame as one frame to the journal, or only to
+    /// memory if `defer_journal` (for the group journal, [`OpenChunk::journal_write`]). Nothing
+    /// is synced.
     pub fn write_out(&mut self, io: &Io, defer_journal: bool) -> Result<()> {
-        self.write_out_as(io, defer_journal, false)
+        self.write_out_as(io, defer_journal, Files::Write)
     }
 
-    /// [`OpenChunk::write_out`]; with `in_place`, the journal's frame only describes the
-    /// bytes written in place, whatever the journal holds (the caller syncs the chunk files).
-    fn write_out_as(&mut self, io: &Io, defer_journal: bool, in_place: bool) -> Result<()> {
+    /// [`OpenChunk::write_out`], the chunk files as `files` says.
+    pub(crate) fn write_out_as(
+        &mut self,
+        io: &Io,
+        defer_journal: bool,
+        files: Files,
+    ) -> Result<()> {
         if self.buffered_bytes() == 0 {
             return Ok(());
         }
-        let at = ChunkLens {
-            json: self.json.written,
-            keys: self.keys.written,
-            recs: self.recs.written,
-        };
-        let len = ChunkLens {
-            json: to_u64(self.json.buf.len()),
-            keys: to_u64(self.keys.buf.len()),
-            recs: to_u64(self.recs.buf.len()),
-        };
+        let unframed = self.unframed_bytes();
         // The journal takes whole writes until it holds `journal_bytes_max` bytes since the
         // last sync: a small flush then costs one sync. Later writes stay in place and the next
         // sync covers the chunk files too, so a large flush is not written twice. Until every
         // sync is done nothing is reported durable, and record checksums catch in-place bytes
         // that did not survive.
-        let in_place = in_place || self.journaled + self.buffered_bytes() > self.journal_bytes_max;
+        let in_place =
+            files == Files::InPlace || self.journaled + unframed > self.journal_bytes_max;
+        let write_files =
+            in_place || files != Files::Defer || self.buffered_bytes() > DEFERRED_BYTES_MAX;
+        let frame = (unframed > 0).then(|| self.frame(in_place));
+        if write_files {
+            self.write_files(io)?;
+        } else {
+            assert!(!in_place, "bytes described in place are written");
+        }
+        if let Some(frame) = frame {
+            if !in_place {
+                self.journaled += frame.len();
+            }
+            self.journal.append(io, &frame, defer_journal)?;
+            for appender in [&mut self.json, &mut self.keys, &mut self.recs] {
+                appender.framed_all();
+            }
+            self.in_place_unsynced |= in_place;
+            self.journal_unsynced = true;
+        }
+        Ok(())
+    }
+
+    /// The journal frame of the bytes not yet in one: holding them, or describing them in place.
+    fn frame(&self, in_place: bool) -> Vec<u8> {
+        let at = ChunkLens {
+            json: self.json.framed,
+            keys: self.keys.framed,
+            recs: self.recs.framed,
+        };
+        let unframed = [
+            self.recs.unframed(),
+            self.keys.unframed(),
+            self.json.unframed(),
+        ];
+        let len = ChunkLens {
+            json: to_u64(unframed[2].len()),
+            keys: to_u64(unframed[1].len()),
+            recs: to_u64(unframed[0].len()),
+        };
         let (flags, parts) = if in_place {
             (FRAME_JSON_IN_PLACE | FRAME_RECORDS_IN_PLACE, [&[][..]; 3])
         } else {
-            (
-                0,
-                [&self.recs.buf[..], &self.keys.buf[..], &self.json.buf[..]],
-            )
+            (0, unframed)
         };
         let header = FrameHeader { at, len, flags }.encode(parts[0], parts[1], parts[2]);
         let mut frame =
@@ -448,16 +550,20 @@ impl OpenChunk {
         for part in parts {
             frame.extend_from_slice(part);
         }
-        if !in_place {
-            self.journaled += frame.len();
+        frame
+    }
+
+    /// Writes the bytes not yet written to the chunk files (JSON and keys before the records
+    /// that point into them), not synced, and not framed: bytes a frame does not hold yet
+    /// stay in memory for the next one. Bytes framed earlier are durable through the journal.
+    pub fn write_files(&mut self, io: &Io) -> Result<()> {
+        if self.unwritten_bytes() == 0 {
+            return Ok(());
         }
         self.json.write_out(io)?;
         self.keys.write_out(io)?;
         self.recs.write_out(io)?;
-        self.journal.append(io, &frame, defer_journal)?;
-        self.in_place_unsynced |= in_place;
         self.files_unsynced = true;
-        self.journal_unsynced = true;
         Ok(())
     }
 
@@ -474,7 +580,7 @@ impl OpenChunk {
     /// files are synced anyway, so the journal's last frame describes the bytes written in
     /// place instead of holding a second copy of them.
     pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
-        self.write_out_as(io, false, true)?;
+        self.write_out_as(io, false, Files::InPlace)?;
         self.sync(io, true)
     }
 
@@ -509,7 +615,7 @@ impl OpenChunk {
     /// Records that the files of [`OpenChunk::files_to_sync`] were synced by the caller after
     /// [`OpenChunk::write_out`], and starts a new sync interval.
     pub fn synced(&mut self) {
-        assert_eq!(self.buffered_bytes(), 0, "buffers are written out first");
+        assert_eq!(self.unframed_bytes(), 0, "buffers are framed first");
         let chunk_files = self.in_place_unsynced;
         self.mark_synced(chunk_files);
     }

@@ -43,6 +43,7 @@
 mod chunk;
 mod compaction;
 mod error;
+mod followers;
 mod format;
 mod group_journal;
 mod index;
@@ -59,6 +60,7 @@ mod writer;
 
 pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
 pub use error::{Result, StorageError};
+pub use followers::FollowerMark;
 pub use group_journal::GROUP_JOURNAL_BYTES_MAX_DEFAULT;
 pub use io::FaultPlan;
 pub use message::{Message, Operation};

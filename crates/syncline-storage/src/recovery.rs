@@ -165,6 +165,8 @@ fn writer(
         last_appended: last_committed,
         last_committed,
         durable: last_committed,
+        files_commit: last_committed,
+        deferring: false,
         txn_open: false,
         snapshot_done,
         dir_dirty: false,

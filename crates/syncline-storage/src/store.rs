@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::OpenChunk;
 use crate::error::{io_err, Result, StorageError};
+use crate::followers::{self, FollowerMark};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
 use crate::group_journal::{self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT};
 use crate::io::Io;
@@ -113,6 +114,18 @@ impl Store {
     /// The storage root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Marks this process as following the store's writer (reading its logs, never writing
+    /// them) until the mark is dropped; works on a read-only store (it writes only the mark).
+    pub fn mark_follower(&self) -> Result<FollowerMark> {
+        followers::mark(&self.root)
+    }
+
+    /// Whether a live follower marks the store ([`Store::mark_follower`]): its writer should
+    /// then leave no durable byte unwritten ([`crate::Writer::set_deferring`]).
+    pub fn is_followed(&self) -> Result<bool> {
+        followers::followed(&self.root)
     }
 
     /// Creates a shape's storage and returns its writer. The shape appears atomically: it is

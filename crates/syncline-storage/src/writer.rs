@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::{JournalWrite, OpenChunk};
+use crate::chunk::{Files, JournalWrite, OpenChunk};
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
@@ -25,7 +25,8 @@ use crate::KEY_BYTES_MAX;
 /// exclusive `flock` on `shape.meta`); readers never wait for it and it never waits for them.
 ///
 /// Appended messages become visible to readers and durable only at [`Writer::flush`], and only
-/// up to the last [`Writer::commit`]. After any I/O error the writer refuses further work
+/// up to the last [`Writer::commit`] (a group flush may leave them unseen for a while, see
+/// [`Writer::set_deferring`]). After any I/O error the writer refuses further work
 /// ([`StorageError::Poisoned`]); reopening the shape recovers to the last durable commit.
 ///
 /// An open writer holds up to six file descriptors and the lock. [`Writer::park`] releases
@@ -53,6 +54,12 @@ pub struct Writer {
     pub(crate) last_appended: Option<LogOffset>,
     pub(crate) last_committed: Option<LogOffset>,
     pub(crate) durable: Option<LogOffset>,
+    /// The last commit whose record is in the chunk files (readers see up to it), kept when
+    /// a group flush leaves the tail's new bytes unwritten ([`Writer::set_deferring`]).
+    pub(crate) files_commit: Option<LogOffset>,
+    /// Whether a group flush through the group journal may leave the tail's new bytes in
+    /// memory instead of writing them to the chunk files ([`Writer::set_deferring`]).
+    pub(crate) deferring: bool,
     pub(crate) txn_open: bool,
     pub(crate) snapshot_done: bool,
     /// Whether files were created since the directory was last synced.
@@ -171,8 +178,13 @@ impl Writer {
     /// `defer_journal`, for the group journal): the first of [`flush_all`]'s three steps.
     /// Returns the last committed offset, which the syncs that follow make durable.
     fn write_unsynced(&mut self, defer_journal: bool) -> Result<Option<LogOffset>> {
+        let files = if defer_journal && self.deferring {
+            Files::Defer
+        } else {
+            Files::Write
+        };
         self.guarded(|w| {
-            w.tail.write_out(&w.io, defer_journal)?;
+            w.tail.write_out_as(&w.io, defer_journal, files)?;
             Ok(w.last_committed)
         })
     }
@@ -242,8 +254,8 @@ impl Writer {
     }
 
     /// Parks the writer if it is idle (no transaction open, every commit durable): closes its
-    /// files, frees its buffers and releases its lock, with no I/O, keeping what it knows of
-    /// the log. Returns whether it parked (or was parked already). Any later use first takes
+    /// files, frees its buffers and releases its lock, with no I/O but the write of bytes a
+    /// flush left unwritten ([`Writer::write_deferred`]), keeping what it knows of the log. Returns whether it parked (or was parked already). Any later use first takes
     /// the lock again and checks that no other writer changed the log meanwhile (else it fails
     /// with [`StorageError::Changed`]; reopen the shape then).
     pub fn park(&mut self) -> bool {
@@ -251,6 +263,9 @@ impl Writer {
             return true;
         }
         if self.poisoned || self.txn_open || self.last_committed != self.durable {
+            return false;
+        }
+        if self.write_deferred().is_err() {
             return false;
         }
         assert!(
@@ -318,6 +333,36 @@ impl Writer {
         self.durable
     }
 
+    /// Lets the group flushes through the store's group journal (see [`flush_all`]) leave the
+    /// tail's new bytes in memory, unwritten, or makes them write every byte again. A byte left
+    /// unwritten is durable through the journals all the same, but readers do not see it until
+    /// [`Writer::write_deferred`] writes it (which any other use that writes the files does
+    /// too). The tail keeps at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] bytes so; past
+    /// that, and when the journal has no room for them, the flush writes them.
+    pub fn set_deferring(&mut self, deferring: bool) {
+        self.deferring = deferring;
+    }
+
+    /// The last durable commit that readers find in the files: the durable offset, unless a
+    /// group flush left bytes unwritten ([`Writer::set_deferring`]).
+    pub fn readable_offset(&self) -> Option<LogOffset> {
+        self.files_commit.min(self.durable)
+    }
+
+    /// Whether bytes a flush made durable are not written to the files yet.
+    pub fn has_deferred(&self) -> bool {
+        self.readable_offset() < self.durable
+    }
+
+    /// Writes the bytes a group flush left in memory to the chunk files (not synced: the
+    /// journals made them durable), so that readers see every durable commit.
+    pub fn write_deferred(&mut self) -> Result<()> {
+        if self.tail.unwritten_bytes() == 0 {
+            return Ok(());
+        }
+        self.guarded(|w| w.tail.write_files(&w.io))
+    }
+
     /// The last committed offset, durable or not.
     pub fn last_committed(&self) -> Option<LogOffset> {
         self.last_committed
@@ -366,6 +411,8 @@ impl Writer {
         };
         if result.is_err() {
             self.poisoned = true;
+        } else if self.tail.unwritten_bytes() == 0 {
+            self.files_commit = self.last_committed;
         }
         result
     }
