@@ -32,6 +32,10 @@ pub async fn follow(
     mode: FollowMode,
     poll_interval: Duration,
 ) {
+    // The writer writes every change to the files at once while it sees this mark.
+    let _mark = shapes.mark_follower().map_err(|e| {
+        tracing::warn!(error = %e, "cannot mark the shape logs as followed; the writer may keep changes to shapes nobody asks it for in memory, unseen here, until a request on it comes");
+    });
     let mut watcher = match mode {
         FollowMode::Inotify => match Watcher::new(&shapes) {
             Ok(w) => Some(w),

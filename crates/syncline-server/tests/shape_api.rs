@@ -541,14 +541,20 @@ async fn idle_pipeline_lets_postgres_release_wal_of_other_tables() {
     )
     .await
     .unwrap();
+    wait_acknowledged(&f).await;
+}
+
+/// Waits until the server has acknowledged to Postgres everything written so far: every
+/// change is durable in the shape logs. (The insert position: test clusters commit
+/// asynchronously, so a commit may not be written yet.)
+async fn wait_acknowledged(f: &common::Fixture) {
     let written: String =
-        f.db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+        f.db.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .await
             .unwrap()
             .get(0);
-    let mut confirmed_past = false;
     for _ in 0..100 {
-        confirmed_past =
+        let confirmed: bool =
             f.db.query_one(
                 "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots \
                  WHERE slot_name = 'syncline_slot_test'",
@@ -557,15 +563,61 @@ async fn idle_pipeline_lets_postgres_release_wal_of_other_tables() {
             .await
             .unwrap()
             .get(0);
-        if confirmed_past {
-            break;
+        if confirmed {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        confirmed_past,
-        "the slot's confirmed position passes {written}"
-    );
+    panic!("the slot's confirmed position does not pass {written}");
+}
+
+/// A change to shapes nobody waits on is made durable without being written to their logs'
+/// files (the flush keeps it in memory, see `Writer::set_deferring`); the next request on
+/// each shape writes it first and reads it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_nobody_waits_for_is_read_by_the_next_request() {
+    let f = fixture(ITEMS).await;
+    // Two shapes the change reaches: their logs are flushed together, through the group journal.
+    let shapes = [
+        "table=items&where=id%20%3E%200",
+        "table=items&where=id%20%3C%2010",
+    ];
+    let mut synced = Vec::new();
+    for query in shapes {
+        let (handle, offset, _) = f.sync(query).await;
+        synced.push((query, handle, offset));
+    }
+    f.db.batch_execute("INSERT INTO items VALUES (5, 'five', true, 5)")
+        .await
+        .unwrap();
+    wait_acknowledged(&f).await;
+    let store = syncline_storage::Store::open_read_only(f.storage.path().join("logs")).unwrap();
+    let in_files = |handle: &str| {
+        store
+            .open_reader(handle)
+            .unwrap()
+            .end()
+            .unwrap()
+            .last_committed
+    };
+    for (query, handle, offset) in &synced {
+        let before = in_files(handle);
+        let reply = f
+            .get(&format!("{query}&offset={offset}&handle={handle}"))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let ids: Vec<_> = reply
+            .changes()
+            .iter()
+            .map(|m| m["value"]["id"].clone())
+            .collect();
+        assert_eq!(ids, vec![json!("5")], "{}", reply.body);
+        let after = in_files(handle);
+        assert!(
+            before < after,
+            "the acknowledged change reached the files only with the request ({before:?}, then {after:?})"
+        );
+    }
 }
 
 /// Follows a shape live until a response other than an empty 200 arrives; returns its status.

@@ -745,8 +745,13 @@ impl Pipeline {
             let mut guards: Vec<_> = slots.iter().map(|s| s.2.shape.writer.lock()).collect();
             let mut flushed = Vec::with_capacity(slots.len());
             let mut writers = Vec::with_capacity(slots.len());
+            // A log nobody waits on keeps its new bytes in memory, durable through the group
+            // journal, until a request comes (`Shape::subscribe`); not while another server
+            // follows the files, whose requests this one never sees.
+            let followed = self.shapes.followed();
             for (slot, guard) in slots.iter().zip(guards.iter_mut()) {
                 if let Some(writer) = guard.opened() {
+                    writer.set_deferring(!followed && !slot.2.shape.has_waiters());
                     flushed.push(slot);
                     writers.push(writer);
                 }
@@ -763,7 +768,9 @@ impl Pipeline {
                             writer.last_committed(),
                             "a flush makes every commit of the log durable"
                         );
-                        slot.shape.update(|s| s.durable = durable);
+                        if let Err(e) = slot.shape.flushed(writer) {
+                            failed.push((oid, id, e));
+                        }
                     }
                     Err(e) => failed.push((oid, id, e)),
                 }

@@ -34,6 +34,9 @@ pub struct Logs {
     over_bound: Notify,
     /// The process ran out of descriptors: every idle open or held writer is to be parked.
     shed: AtomicBool,
+    /// Another server follows the files ([`Logs::refresh_followed`]): flushes write every
+    /// byte, since its requests cannot ask this server to.
+    followed: AtomicBool,
 }
 
 /// What an existing writer holds.
@@ -136,6 +139,7 @@ impl Logs {
             clock: AtomicU64::new(0),
             over_bound: Notify::new(),
             shed: AtomicBool::new(false),
+            followed: AtomicBool::new(false),
         }
     }
 
@@ -160,6 +164,27 @@ impl Logs {
     pub fn become_reader(&self) {
         let read_only = self.store().to_read_only();
         *self.store.write().expect("store lock") = read_only;
+    }
+
+    /// Marks this server as a follower of the logs' writer until the mark is dropped.
+    pub fn mark_follower(&self) -> syncline_storage::Result<syncline_storage::FollowerMark> {
+        self.store().mark_follower()
+    }
+
+    /// Looks again whether another server follows the files; returns whether one does. When
+    /// it cannot tell, it assumes one does.
+    pub fn refresh_followed(&self) -> bool {
+        let followed = self.store().is_followed().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot tell whether another server follows the shape logs; writing every change to them at once");
+            true
+        });
+        self.followed.store(followed, Ordering::Relaxed);
+        followed
+    }
+
+    /// Whether another server followed the files when last looked ([`Logs::refresh_followed`]).
+    pub fn followed(&self) -> bool {
+        self.followed.load(Ordering::Relaxed)
     }
 
     /// The directory of the log `handle` (what a follower watches).

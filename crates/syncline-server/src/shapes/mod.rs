@@ -310,8 +310,11 @@ impl Shapes {
     /// metadata become writable, [`Shapes::restore`] runs, and new channels to a pipeline and
     /// a snapshot queue are made. Returns what `restore` returns and the channels' receivers.
     pub fn become_writer(&self) -> Result<WriterStart, String> {
-        tokio::task::block_in_place(|| self.logs.become_writer())
-            .map_err(|e| format!("storage directory: {e}"))?;
+        tokio::task::block_in_place(|| {
+            self.logs.refresh_followed();
+            self.logs.become_writer()
+        })
+        .map_err(|e| format!("storage directory: {e}"))?;
         self.meta.set_writable(true);
         let (commands, command_queue) = mpsc::channel(COMMAND_QUEUE_LEN);
         let (snapshots, snapshot_queue) = mpsc::unbounded_channel();
@@ -958,19 +961,49 @@ impl Shapes {
         (parked, unread)
     }
 
+    /// Marks this server as following the shape logs' writer until the mark is dropped.
+    pub fn mark_follower(&self) -> syncline_storage::Result<syncline_storage::FollowerMark> {
+        self.logs.mark_follower()
+    }
+
+    /// Whether another server followed the shape logs when last looked (every sweep of
+    /// [`Shapes::watch_open_writers`]): flushes then write every change to the files at once.
+    pub fn followed(&self) -> bool {
+        self.logs.followed()
+    }
+
+    /// Looks whether another server follows the shape logs, and if one started to, writes
+    /// every change that flushes left in memory, so that it reads them too.
+    fn watch_followers(&self) {
+        let was = self.logs.followed();
+        if self.logs.refresh_followed() && !was {
+            for shape in self.all() {
+                if let Err(e) = shape.write_deferred() {
+                    tracing::warn!(handle = %shape.handle, error = %e, "writing a shape log's deferred changes failed");
+                }
+            }
+        }
+    }
+
     /// Keeps the writers within their bounds ([`Shapes::trim_writers`] as soon as one opens or
     /// parks past them, and every `period`), and every `idle` parks the writers unused since
     /// the last sweep, drops the reusable readers of shapes no request came for since then,
-    /// and returns the heap's free pages to the kernel, for as long as the server runs.
+    /// and returns the heap's free pages to the kernel, for as long as the server runs. Every
+    /// `period` it also looks whether another server follows the logs ([`Shapes::followed`]).
     pub async fn watch_open_writers(self: Arc<Self>, period: Duration, idle: Duration) {
         let mut idle_sweep = tokio::time::interval(idle);
         idle_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         idle_sweep.tick().await;
         let mut swept_at = (self.logs.tick(), shape::now_ms());
+        let mut followers = tokio::time::interval(period);
+        followers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = self.logs.past_bound() => {}
                 () = tokio::time::sleep(period) => {}
+                _ = followers.tick() => {
+                    tokio::task::block_in_place(|| self.watch_followers());
+                }
                 _ = idle_sweep.tick() => {
                     let shapes = self.clone();
                     let (unused_since, unread_since_ms) = swept_at;

@@ -1,7 +1,7 @@
 //! A live shape: its definition, the table it was made on, its log, and the state requests
 //! wait on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -41,6 +41,9 @@ pub struct Shape {
     /// The read that requests woken together share, by the state they saw and their offset.
     woken_read: SharedRead<(ShapeState, Option<LogOffset>)>,
     last_used_ms: AtomicU64,
+    /// The log's last flush left durable bytes unwritten, so readers do not see them yet
+    /// ([`syncline_storage::Writer::set_deferring`]); set and cleared under the writer's lock.
+    deferred: AtomicBool,
 }
 
 impl Shape {
@@ -65,6 +68,7 @@ impl Shape {
             readers: Mutex::new(Vec::new()),
             woken_read: SharedRead::default(),
             last_used_ms: AtomicU64::new(now_ms()),
+            deferred: AtomicBool::new(false),
         }
     }
 
@@ -120,9 +124,51 @@ impl Shape {
         self.state.get()
     }
 
-    /// A waiter that wakes on every state change.
+    /// A waiter that wakes on every state change. A log flushed with bytes left unwritten
+    /// has them written first, so that the waiter reads every durable change: either this
+    /// sees the flag [`Shape::flushed`] set, or that flush sees this waiter (both `SeqCst`, the
+    /// waiter counted first) and writes them itself.
     pub fn subscribe(&self) -> StateWatch<'_> {
-        self.state.watch()
+        let watch = self.state.watch();
+        if let Err(e) = self.write_deferred() {
+            tracing::warn!(handle = %self.handle, error = %e, "writing a shape log's deferred changes failed");
+        }
+        watch
+    }
+
+    /// Records a flush of the log by the pipeline, which holds its writer locked: publishes the
+    /// end readers find, after writing the bytes the flush left in memory if a request waits.
+    pub fn flushed(&self, writer: &mut syncline_storage::Writer) -> syncline_storage::Result<()> {
+        if writer.has_deferred() {
+            self.deferred.store(true, Ordering::SeqCst);
+            if self.has_waiters() {
+                writer.write_deferred()?;
+                self.deferred.store(false, Ordering::SeqCst);
+            }
+        }
+        let readable = writer.readable_offset();
+        self.update(|s| s.durable = s.durable.max(readable));
+        Ok(())
+    }
+
+    /// Writes the bytes the log's last flush left in memory, if it did, and publishes the end
+    /// readers now find (blocks on the writer's lock and the writes). A writer closed or
+    /// dropped since then opens again: closing wrote the bytes, recovery writes them.
+    pub fn write_deferred(&self) -> syncline_storage::Result<()> {
+        if !self.deferred.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| {
+            let mut guard = self.writer.lock();
+            if !self.deferred.swap(false, Ordering::SeqCst) || self.state().gone {
+                return Ok(());
+            }
+            let writer = guard.get()?;
+            writer.write_deferred()?;
+            let readable = writer.readable_offset();
+            self.update(|s| s.durable = s.durable.max(readable));
+            Ok(())
+        })
     }
 
     /// Changes the state and wakes waiters.
@@ -148,11 +194,12 @@ impl Shape {
                 Ok(())
             };
         }
+        self.write_deferred()?;
         if st.durable.is_some() || !st.snapshot_done {
             return Ok(());
         }
         tokio::task::block_in_place(|| {
-            let durable = self.writer.lock().get()?.durable_offset();
+            let durable = self.writer.lock().get()?.readable_offset();
             self.update(|s| s.durable = s.durable.max(durable));
             Ok(())
         })

@@ -93,9 +93,10 @@ impl StateCell {
         self.changed.notify_waiters();
     }
 
-    /// A waiter that has seen the state as it is now.
+    /// A waiter that has seen the state as it is now. Counted before it returns, in the one
+    /// order of all `SeqCst` operations (see [`crate::shapes::Shape::subscribe`]).
     pub fn watch(&self) -> StateWatch<'_> {
-        self.watchers.fetch_add(1, Ordering::Relaxed);
+        self.watchers.fetch_add(1, Ordering::SeqCst);
         StateWatch {
             cell: self,
             seen: self.version.load(Ordering::Acquire),
@@ -104,7 +105,7 @@ impl StateCell {
 
     /// How many [`StateWatch`]es exist.
     pub fn watchers(&self) -> usize {
-        self.watchers.load(Ordering::Relaxed)
+        self.watchers.load(Ordering::SeqCst)
     }
 }
 
