@@ -341,7 +341,25 @@ pub struct GroupEntry {
     pub bytes: Vec<u8>,
 }
 
-impl GroupEntry {
+/// A [`GroupEntry`]'s fields, borrowed: how a group flush encodes one, with no copy of its
+/// bytes (the only encoder of entries).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupEntryRef<'a> {
+    /// As [`GroupEntry::epoch`].
+    pub epoch: u64,
+    /// As [`GroupEntry::path`].
+    pub path: &'a str,
+    /// As [`GroupEntry::journal_id`].
+    pub journal_id: u64,
+    /// As [`GroupEntry::at`].
+    pub at: u64,
+    /// As [`GroupEntry::file_len`].
+    pub file_len: u64,
+    /// As [`GroupEntry::bytes`].
+    pub bytes: &'a [u8],
+}
+
+impl GroupEntryRef<'_> {
     /// Appends the encoded entry to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let mut h = [0u8; GROUP_ENTRY_HEADER_BYTES];
@@ -357,13 +375,15 @@ impl GroupEntry {
         let mut crc = crc32fast::Hasher::new();
         crc.update(&h[8..]);
         crc.update(self.path.as_bytes());
-        crc.update(&self.bytes);
+        crc.update(self.bytes);
         h[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
         out.extend_from_slice(&h);
         out.extend_from_slice(self.path.as_bytes());
-        out.extend_from_slice(&self.bytes);
+        out.extend_from_slice(self.bytes);
     }
+}
 
+impl GroupEntry {
     /// Decodes the entry at the start of `buf` and its encoded length; `None` if none is there
     /// intact (torn, damaged, or zeros).
     pub fn decode(buf: &[u8]) -> Option<(GroupEntry, usize)> {
@@ -738,7 +758,15 @@ mod tests {
             bytes: b"frame bytes".to_vec(),
         };
         let mut buf = Vec::new();
-        entry.encode_into(&mut buf);
+        GroupEntryRef {
+            epoch: entry.epoch,
+            path: &entry.path,
+            journal_id: entry.journal_id,
+            at: entry.at,
+            file_len: entry.file_len,
+            bytes: &entry.bytes,
+        }
+        .encode_into(&mut buf);
         let len = buf.len();
         buf.extend_from_slice(&[0; 16]);
         assert_eq!(GroupEntry::decode(&buf), Some((entry.clone(), len)));

@@ -15,6 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -23,8 +24,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::chunk::JournalWrite;
 use crate::error::{io_err, Result};
 use crate::format::{
-    parse_journal_name, GroupEntry, JournalHeader, GROUP_JOURNAL_PREFIX, JOURNAL_ALLOCATE_BYTES,
-    JOURNAL_HEADER_BYTES,
+    parse_journal_name, GroupEntry, GroupEntryRef, JournalHeader, GROUP_ENTRY_HEADER_BYTES,
+    GROUP_JOURNAL_PREFIX, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES,
 };
 use crate::io::{run_concurrently, try_lock, Io};
 use crate::num::to_u64;
@@ -100,19 +101,27 @@ impl GroupJournal {
             *active = Some(Active::create(&self.root, io)?);
         }
         let a = active.as_mut().expect("created above");
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(
+            writes
+                .iter()
+                .map(|w| GROUP_ENTRY_HEADER_BYTES + w.path.as_os_str().len() + w.bytes.len())
+                .sum(),
+        );
+        let root = self.root.as_os_str().as_bytes();
         for w in writes {
-            let path = w
-                .path
-                .strip_prefix(&self.root)
+            // The path below the root, by bytes (a component-wise strip costs more, per log).
+            let full = w.path.as_os_str().as_bytes();
+            let below = full
+                .strip_prefix(root)
+                .map(|rest| rest.strip_prefix(b"/").unwrap_or(rest))
                 .expect("a log journal lies in its store");
-            GroupEntry {
+            GroupEntryRef {
                 epoch: a.epoch,
-                path: path.to_str().expect("shape ids are ASCII").to_owned(),
+                path: std::str::from_utf8(below).expect("shape ids are ASCII"),
                 journal_id: w.id,
                 at: w.at,
                 file_len: w.file_len,
-                bytes: w.bytes.to_vec(),
+                bytes: w.bytes,
             }
             .encode_into(&mut buf);
         }
