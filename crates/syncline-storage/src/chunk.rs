@@ -102,13 +102,14 @@ pub(crate) enum Files {
     /// Writes them; the frame describes them in place, whatever the journal holds (the caller
     /// syncs them).
     InPlace,
-    /// Leaves the bytes in memory, unwritten, when the frame can hold them and the buffers
-    /// stay within [`DEFERRED_BYTES_MAX`]; else as [`Files::Write`]. Readers do not see them
-    /// until [`OpenChunk::write_files`].
+    /// Leaves the bytes in memory, unwritten, when the frame can hold them and the buffers'
+    /// memory stays within [`DEFERRED_BYTES_MAX`]; else as [`Files::Write`]. Readers do not
+    /// see them until [`OpenChunk::write_files`].
     Defer,
 }
 
-/// Bytes the open chunk keeps in memory, unwritten, at most ([`Files::Defer`]).
+/// Memory the open chunk's buffers may take while they keep bytes unwritten ([`Files::Defer`]):
+/// no more than an idle writer may keep anyway.
 const DEFERRED_BYTES_MAX: usize = crate::IDLE_WRITER_BUFFER_BYTES_MAX;
 
 /// The journal of the open chunk: a header, then one frame per write of the buffers.
@@ -500,7 +501,7 @@ impl OpenChunk {
         let in_place =
             files == Files::InPlace || self.journaled + unframed > self.journal_bytes_max;
         let write_files =
-            in_place || files != Files::Defer || self.buffered_bytes() > DEFERRED_BYTES_MAX;
+            in_place || files != Files::Defer || self.retained_bytes() > DEFERRED_BYTES_MAX;
         let frame = (unframed > 0).then(|| self.frame(in_place));
         if write_files {
             self.write_files(io)?;

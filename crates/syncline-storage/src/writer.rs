@@ -337,8 +337,9 @@ impl Writer {
     /// tail's new bytes in memory, unwritten, or makes them write every byte again. A byte left
     /// unwritten is durable through the journals all the same, but readers do not see it until
     /// [`Writer::write_deferred`] writes it (which any other use that writes the files does
-    /// too). The tail keeps at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] bytes so; past
-    /// that, and when the journal has no room for them, the flush writes them.
+    /// too). The tail's buffers take at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] of memory
+    /// so (what an idle writer may keep anyway); past that, and when the journal has no room
+    /// for them, the flush writes them.
     pub fn set_deferring(&mut self, deferring: bool) {
         self.deferring = deferring;
     }
