@@ -547,6 +547,13 @@ fn a_close_record_at_the_end_of_allocated_space_is_not_trusted() {
     assert_eq!(committed_prefix(&lines), 9);
 }
 
+/// Appends `msgs` to `w` as one transaction.
+fn append_and_commit(w: &mut Writer, msgs: &[Owned]) {
+    w.append(&msgs.iter().map(Owned::as_message).collect::<Vec<_>>())
+        .unwrap();
+    w.commit().unwrap();
+}
+
 /// Creates `shapes` in `store`, writes the workload's first transaction to each and makes it
 /// durable through the group journal; returns their writers.
 fn journaled_first_txn(store: &Store, opts: &WriterOptions, shapes: &[String]) -> Vec<Writer> {
@@ -556,9 +563,7 @@ fn journaled_first_txn(store: &Store, opts: &WriterOptions, shapes: &[String]) -
         .collect();
     let txn = workload_txn(1);
     for w in &mut writers {
-        w.append(&txn.iter().map(Owned::as_message).collect::<Vec<_>>())
-            .unwrap();
-        w.commit().unwrap();
+        append_and_commit(w, &txn);
     }
     let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
     for reported in flush_all(&mut group, GroupSync::Journal) {
@@ -581,14 +586,7 @@ fn group_journal_entries_stay_with_their_journal() {
     drop(writers.remove(0));
     let mut a = store.open_writer("a", &opts).unwrap();
     let second = workload_txn(2);
-    a.append(
-        &second[..1]
-            .iter()
-            .map(Owned::as_message)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    a.commit().unwrap();
+    append_and_commit(&mut a, &second[..1]);
     assert_eq!(a.flush().unwrap(), Some(second[0].offset));
     drop((a, writers, store));
     plan.simulate_power_loss(false, |_| 0).unwrap();
@@ -632,14 +630,7 @@ fn deferred_bytes_are_durable_and_read_once_written() {
     let two = second.last().map(|m| m.offset);
     for w in &mut writers {
         w.set_deferring(true);
-        w.append(
-            &second[..2]
-                .iter()
-                .map(Owned::as_message)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-        w.commit().unwrap();
+        append_and_commit(w, &second[..2]);
     }
     let two_first = Some(second[1].offset);
     let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
@@ -659,14 +650,7 @@ fn deferred_bytes_are_durable_and_read_once_written() {
     assert_eq!(end.last_committed, two_first, "written bytes are read");
     // More of the transaction, deferred again on top of what is still unwritten in "b".
     for w in &mut writers {
-        w.append(
-            &second[2..]
-                .iter()
-                .map(Owned::as_message)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-        w.commit().unwrap();
+        append_and_commit(w, &second[2..]);
     }
     let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
     for reported in flush_all(&mut group, GroupSync::Journal) {
