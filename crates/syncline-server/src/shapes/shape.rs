@@ -153,7 +153,8 @@ impl Shape {
 
     /// Writes the bytes the log's last flush left in memory, if it did, and publishes the end
     /// readers now find (blocks on the writer's lock and the writes). A writer closed or
-    /// dropped since then opens again: closing wrote the bytes, recovery writes them.
+    /// dropped since then opens again: closing wrote the bytes, recovery writes them. A
+    /// writer that had to open its files closes them again if more are open than their bound.
     pub fn write_deferred(&self) -> syncline_storage::Result<()> {
         if !self.deferred.load(Ordering::SeqCst) {
             return Ok(());
@@ -166,6 +167,9 @@ impl Shape {
             let writer = guard.get()?;
             writer.write_deferred()?;
             let readable = writer.readable_offset();
+            // As after the pipeline's use: a request does not leave more writers open than
+            // their bound (each request would open one, and descriptors run out).
+            guard.hold_if_over_bound();
             self.update(|s| s.durable = s.durable.max(readable));
             Ok(())
         })
