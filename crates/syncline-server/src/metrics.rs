@@ -91,6 +91,8 @@ pub struct Metrics {
     pub snapshots_waiting: Gauge,
     /// Rows written by initial snapshots.
     pub snapshot_rows: Counter,
+    /// Shapes whose initial snapshot was one query shared with other shapes of their table.
+    pub snapshots_shared: Counter,
     /// Rows read so far by each running snapshot.
     pub snapshot_progress_rows: Family<SnapshotLabels, Gauge>,
     /// Rows Postgres estimates the table of each running snapshot holds (`pg_class.reltuples`;
@@ -124,6 +126,7 @@ impl Default for Metrics {
             snapshots_running: Gauge::default(),
             snapshots_waiting: Gauge::default(),
             snapshot_rows: Counter::default(),
+            snapshots_shared: Counter::default(),
             snapshot_progress_rows: Family::default(),
             snapshot_table_rows_estimated: Family::default(),
         };
@@ -240,6 +243,11 @@ impl Metrics {
             "snapshot_rows",
             "Rows written by initial snapshots",
             self.snapshot_rows.clone(),
+        );
+        r.register(
+            "snapshots_shared",
+            "Shapes whose initial snapshot was one query shared with other shapes of their table",
+            self.snapshots_shared.clone(),
         );
         r.register(
             "snapshot_progress_rows",

@@ -1012,3 +1012,197 @@ async fn shapes_on_one_table_share_its_description() {
     assert!(Arc::ptr_eq(&changed.relation, &shapes[4].schema_relation()));
     assert!(Arc::ptr_eq(other, &shapes[4].relation));
 }
+
+/// Shapes of one table waiting for a snapshot together share one query: each still gets
+/// exactly the rows Postgres selects with its where clause. When one shape's condition fails
+/// on a row, the shared query fails, and each shape takes its own snapshot: that one learns
+/// its error, the others get their rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_waiting_together_share_a_snapshot_and_each_gets_its_rows() {
+    let f = fixture_with(
+        "CREATE TABLE gate (id int PRIMARY KEY);
+         INSERT INTO gate VALUES (1);
+         CREATE TABLE rows (id int PRIMARY KEY, n int, name text);
+         INSERT INTO rows SELECT i, i % 7, CASE WHEN i % 5 = 0 THEN NULL
+             WHEN i % 3 = 0 THEN 'a' || i ELSE 'b' || i END
+         FROM generate_series(1, 300) i;",
+        // One connection for snapshots: shapes queue behind the one running.
+        |c| c.db_pool_size = 1,
+    )
+    .await;
+    f.sync("table=gate&where=id%20%3E%200").await;
+    let metrics = f.server.state.metrics.clone();
+    let oracle = |w: &str| {
+        let decoded = [
+            ("%20", " "),
+            ("%3D", "="),
+            ("%3E", ">"),
+            ("%3C", "<"),
+            ("%25", "%"),
+        ]
+        .iter()
+        .fold(w.to_owned(), |w, (code, text)| w.replace(code, text));
+        // No where clause: every row.
+        let decoded = if decoded.is_empty() {
+            decoded
+        } else {
+            format!("({decoded}) AND")
+        };
+        let sql = format!("SELECT id FROM rows WHERE {decoded} true ORDER BY id");
+        let db = &f.db;
+        async move {
+            db.query(&sql, &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| i64::from(r.get::<_, i32>(0)))
+                .collect::<Vec<i64>>()
+        }
+    };
+
+    let shared = [
+        "n%20%3D%203",
+        "n%20%3E%204",
+        "name%20IS%20NULL",
+        "name%20LIKE%20'a%25'",
+        "n%20%3D%20100",
+        "name%20%3D%20'b1'%20OR%20n%20%3D%200",
+        "true",
+        "",
+    ];
+    queue_behind_gate(&f, "id%20%3C%2010", "rows", &shared).await;
+    assert_eq!(metrics.snapshots_shared.get(), shared.len() as u64);
+    for w in shared {
+        let (_, _, changes) = f.sync(&shape_query("rows", w)).await;
+        assert_eq!(ids_of(&changes), oracle(w).await, "where {w}");
+    }
+    assert_eq!(oracle("n = 100").await, Vec::<i64>::new());
+    assert!(!oracle("n = 3").await.is_empty());
+
+    let alone = ["n%20%3D%201", "name::int%20%3E%200", "n%20%3C%203"];
+    queue_behind_gate(&f, "id%20%3C%2020", "rows", &alone).await;
+    assert_eq!(
+        metrics.snapshots_shared.get(),
+        shared.len() as u64,
+        "the shared query failed: each shape took its own"
+    );
+    let failed = f
+        .get("table=rows&offset=-1&where=name::int%20%3E%200")
+        .await;
+    assert_eq!(failed.status, 400, "{}", failed.body);
+    assert_eq!(
+        failed.body["errors"]["where"][0],
+        "invalid input syntax for type integer: \"b1\""
+    );
+    for w in ["n%20%3D%201", "n%20%3C%203"] {
+        let (_, _, changes) = f.sync(&format!("table=rows&where={w}")).await;
+        assert_eq!(ids_of(&changes), oracle(w).await, "where {w}");
+    }
+
+    // The shared snapshot's shapes are live: a new row reaches the ones it is in.
+    f.db.batch_execute("INSERT INTO rows VALUES (1000, 3, 'a1000')")
+        .await
+        .unwrap();
+    wait_for_async(|| async {
+        let (_, _, changes) = f.sync("table=rows&where=n%20%3D%203").await;
+        ids_of(&changes).contains(&1000)
+    })
+    .await;
+    let (_, _, changes) = f.sync("table=rows&where=n%20%3E%204").await;
+    assert!(!ids_of(&changes).contains(&1000));
+}
+
+/// Shapes of a table whose rows are too many to keep in memory for a shared snapshot give
+/// it up and take one snapshot each, streamed to their logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shapes_of_a_large_table_take_one_snapshot_each() {
+    let f = fixture_with(
+        "CREATE TABLE gate (id int PRIMARY KEY);
+         INSERT INTO gate VALUES (1);
+         CREATE TABLE wide (id int PRIMARY KEY, body text);
+         INSERT INTO wide SELECT i, repeat(md5(i::text), 30000) FROM generate_series(1, 40) i;",
+        |c| c.db_pool_size = 1,
+    )
+    .await;
+    f.sync("table=gate&where=id%20%3E%200").await;
+    let wheres = ["id%20%3E%205", "id%20%3C%2030"];
+    queue_behind_gate(&f, "id%20%3C%2010", "wide", &wheres).await;
+    assert_eq!(f.server.state.metrics.snapshots_shared.get(), 0);
+    for (w, rows) in wheres.iter().zip([35, 29]) {
+        let (_, _, changes) = f.sync(&format!("table=wide&where={w}")).await;
+        assert_eq!(ids_of(&changes).len(), rows, "where {w}");
+        assert!(changes
+            .iter()
+            .all(|m| m["value"]["body"].as_str().unwrap().len() == 960_000));
+    }
+}
+
+/// The query string of a shape of `table` with where clause `w` (none when empty).
+fn shape_query(table: &str, w: &str) -> String {
+    if w.is_empty() {
+        format!("table={table}")
+    } else {
+        format!("table={table}&where={w}")
+    }
+}
+
+/// The sorted ids of `changes`.
+fn ids_of(changes: &[serde_json::Value]) -> Vec<i64> {
+    let mut ids: Vec<i64> = changes
+        .iter()
+        .map(|m| m["value"]["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Requests a new shape of `gate` (`gate_where`; its table published already) whose
+/// snapshot waits for a lock, holding the server's one snapshot connection, then a new shape
+/// of `table` for each of `wheres`; once they all wait for a snapshot, lets the lock go and
+/// waits for every first answer.
+async fn queue_behind_gate(f: &common::Fixture, gate_where: &str, table: &str, wheres: &[&str]) {
+    let metrics = &f.server.state.metrics;
+    let locker = f._cluster.connect("postgres").await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE gate IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let gate = f.http.get(format!(
+        "http://{}/v1/shape?table=gate&offset=-1&where={gate_where}",
+        f.server.addr
+    ));
+    let gate = tokio::spawn(gate.send());
+    wait_for(|| metrics.snapshots_running.get() == 1).await;
+    let mut first = tokio::task::JoinSet::new();
+    for w in wheres {
+        let url = format!(
+            "http://{}/v1/shape?{}&offset=-1",
+            f.server.addr,
+            shape_query(table, w)
+        );
+        first.spawn(f.http.get(url).send());
+    }
+    let queued = i64::try_from(wheres.len()).unwrap();
+    wait_for(|| metrics.snapshots_waiting.get() == queued).await;
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(gate.await.unwrap().unwrap().status(), 200);
+    while let Some(sent) = first.join_next().await {
+        sent.unwrap().unwrap();
+    }
+}
+
+/// Waits (up to 30 s) until `done`.
+async fn wait_for(done: impl Fn() -> bool) {
+    wait_for_async(|| std::future::ready(done())).await;
+}
+
+/// Waits (up to 30 s) until `done` answers true.
+async fn wait_for_async<F: std::future::Future<Output = bool>>(done: impl Fn() -> F) {
+    for _ in 0..3000 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not done within 30 s");
+}

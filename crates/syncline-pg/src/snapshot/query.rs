@@ -46,6 +46,10 @@ pub struct SnapshotQuery {
     /// selected after the columns: a fragment of JSON object members added to each row's
     /// headers (a subquery shape's `tags` and `active_conditions`).
     pub headers_sql: Option<String>,
+    /// Conditions (rendered by the where-clause checker, never user text) selected as boolean
+    /// columns after everything else, for a snapshot several shapes share: each row tells
+    /// which shapes it is in ([`SnapshotQuery::shared_by`]).
+    pub selectors: Vec<String>,
 }
 
 impl SnapshotQuery {
@@ -107,6 +111,7 @@ impl SnapshotQuery {
             limit: None,
             offset: None,
             headers_sql: None,
+            selectors: Vec::new(),
         })
     }
 
@@ -140,6 +145,32 @@ impl SnapshotQuery {
         self
     }
 
+    /// The same query for several shapes at once, one condition each (`None`: every row):
+    /// it selects the rows any of them has, and after the other columns, each condition's
+    /// value ([`SnapshotQuery::selects`] reads them). Replaces `where_sql`.
+    pub fn shared_by(mut self, conditions: &[Option<&str>]) -> Self {
+        assert!(
+            self.where_sql.is_none() && self.within_sql.is_none(),
+            "a shared snapshot's conditions are its shapes'"
+        );
+        self.selectors = conditions
+            .iter()
+            .map(|c| c.unwrap_or("true").to_owned())
+            .collect();
+        if conditions.iter().all(Option::is_some) {
+            let any: Vec<String> = self.selectors.iter().map(|c| format!("({c})")).collect();
+            self.where_sql = Some(any.join(" OR "));
+        }
+        self
+    }
+
+    /// Whether `row` is in the shape of condition `i` of [`SnapshotQuery::shared_by`] (its
+    /// condition is true, not false or null).
+    pub fn selects(&self, row: &super::RowRef<'_>, i: usize) -> bool {
+        let first = self.columns.len() + usize::from(self.headers_sql.is_some());
+        row.get(first + i) == Some(&[1][..])
+    }
+
     /// `SELECT …` for the rows (the body of the COPY).
     pub fn select_sql(&self) -> String {
         let list: Vec<String> = self
@@ -157,6 +188,7 @@ impl SnapshotQuery {
         if let Some(headers) = &self.headers_sql {
             list.push(format!("({headers})::text"));
         }
+        list.extend(self.selectors.iter().map(|c| format!("({c})")));
         let mut sql = format!(
             "SELECT {} FROM {}",
             list.join(", "),
