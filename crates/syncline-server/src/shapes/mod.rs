@@ -1043,7 +1043,11 @@ impl Shapes {
     /// Deletes the shapes made on an earlier table of `current`'s name (it was dropped and
     /// created again): Postgres says nothing of that on the replication stream.
     pub async fn drop_recreated(&self, current: &RelationDesc) {
-        if !self.is_writer() {
+        if !self.is_writer()
+            || !self
+                .registry()
+                .has_other_table(&current.schema, &current.name, current.oid)
+        {
             return;
         }
         let stale: Vec<Arc<Shape>> = self

@@ -5,6 +5,7 @@
 //! hundreds of thousands of idle shapes does not pay for them twice.
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -19,6 +20,9 @@ pub struct Registry {
     by_identity: HashTable<(u64, Arc<Shape>)>,
     /// By the hash of `handle`.
     by_handle: HashTable<(u64, Arc<Shape>)>,
+    /// For each table name (schema, name), how many shapes were made on each table (OID)
+    /// that had it.
+    tables: HashMap<(String, String), HashMap<u32, usize>>,
     hasher: RandomState,
 }
 
@@ -57,7 +61,24 @@ impl Registry {
             |(h, s)| *h == hash && s.handle == shape.handle,
             |(h, _)| *h,
         );
-        entry.insert((hash, shape));
+        count_table(&mut self.tables, &shape, true);
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(mut occupied) => {
+                let replaced = std::mem::replace(occupied.get_mut(), (hash, shape));
+                count_table(&mut self.tables, &replaced.1, false);
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert((hash, shape));
+            }
+        }
+    }
+
+    /// Whether shapes made on a table of `schema`.`name` other than the one with `oid` (a
+    /// table dropped and made again under its name) are registered.
+    pub fn has_other_table(&self, schema: &str, name: &str, oid: u32) -> bool {
+        self.tables
+            .get(&(schema.to_owned(), name.to_owned()))
+            .is_some_and(|oids| oids.keys().any(|&o| o != oid))
     }
 
     /// Removes a shape by handle, if it is the one registered.
@@ -69,6 +90,7 @@ impl Registry {
             .ok()?
             .remove()
             .0;
+        count_table(&mut self.tables, &shape, false);
         let identity = shape.definition.identity();
         let hash = self.hasher.hash_one(&identity);
         if let Ok(entry) = self
@@ -93,5 +115,29 @@ impl Registry {
     /// Every live shape.
     pub fn all(&self) -> Vec<Arc<Shape>> {
         self.by_handle.iter().map(|(_, s)| s.clone()).collect()
+    }
+}
+
+/// Counts `shape` in (or out of) the registry's shapes per table.
+fn count_table(
+    tables: &mut HashMap<(String, String), HashMap<u32, usize>>,
+    shape: &Shape,
+    added: bool,
+) {
+    let relation = &shape.relation;
+    let key = (relation.schema.clone(), relation.name.clone());
+    let oids = tables.entry(key.clone()).or_default();
+    let count = oids.entry(relation.oid).or_default();
+    if added {
+        *count += 1;
+    } else {
+        assert!(*count > 0, "a shape is counted out only once counted in");
+        *count -= 1;
+        if *count == 0 {
+            oids.remove(&relation.oid);
+            if oids.is_empty() {
+                tables.remove(&key);
+            }
+        }
     }
 }
