@@ -538,14 +538,14 @@ impl Snapshotter {
                 let mut them = rows.of(i).peekable();
                 while them.peek().is_some() {
                     messages.clear();
-                    messages.extend(them.by_ref().take(APPEND_MESSAGES_MAX).map(
-                        |(key, json)| Message {
+                    messages.extend(them.by_ref().take(APPEND_MESSAGES_MAX).map(|(key, json)| {
+                        Message {
                             offset: offsets.next().expect("offsets do not end"),
                             key,
                             op: Operation::Insert,
                             json,
-                        },
-                    ));
+                        }
+                    }));
                     w.append(&messages)?;
                 }
                 Ok(())

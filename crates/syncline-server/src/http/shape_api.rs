@@ -554,10 +554,16 @@ impl Serve<'_> {
     }
 
     /// The answer when the shape's log cannot be read: 409 when the shape went away meanwhile
-    /// (its files are deleted with it), else 500.
-    async fn read_failed(&self, error: &(dyn std::fmt::Display + Sync)) -> Response {
+    /// (its files are deleted with it); 503 when the process ran out of file descriptors
+    /// (idle logs then close theirs, and the client retries); else 500.
+    async fn read_failed(&self, error: &(dyn std::error::Error + Sync + 'static)) -> Response {
         if self.shape.state().gone {
             return self.gone().await;
+        }
+        if out_of_descriptors(error) {
+            tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed: out of file descriptors; idle shape logs close theirs");
+            self.state.shapes.descriptors_short();
+            return unavailable("The server ran out of file descriptors; retry shortly");
         }
         tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed");
         internal_error()
@@ -915,5 +921,39 @@ async fn delete(state: &Arc<AppState>, query: &str) -> Response {
             StatusCode::NOT_FOUND,
             r#"{"message":"No existing shape found"}"#.into(),
         ),
+    }
+}
+
+/// Whether `error`, or an error that caused it, is the process or the system running out of
+/// file descriptors.
+fn out_of_descriptors(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let raw = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error);
+        if matches!(raw, Some(libc::EMFILE | libc::ENFILE)) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::out_of_descriptors;
+    use std::io::Error;
+
+    #[test]
+    fn running_out_of_descriptors_is_found_under_a_storage_error() {
+        let storage = |errno| syncline_storage::StorageError::Io {
+            path: "index".into(),
+            source: Error::from_raw_os_error(errno),
+        };
+        assert!(out_of_descriptors(&storage(libc::EMFILE)));
+        assert!(out_of_descriptors(&Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!out_of_descriptors(&storage(libc::EIO)));
+        assert!(!out_of_descriptors(&Error::other("no descriptor involved")));
     }
 }
