@@ -26,8 +26,9 @@ const BATCHES_QUEUED_MAX: usize = 4;
 /// Shapes that share one snapshot at most: each is a boolean column of its query.
 const SHARED_SHAPES_MAX: usize = 256;
 /// The encoded rows a shared snapshot keeps in memory at most before it writes them: past
-/// it, the table's shapes take one snapshot each (streamed to the log as it is read).
-const SHARED_BYTES_MAX: usize = 32 << 20;
+/// it, the table's shapes take one snapshot each (streamed to the log as it is read). With
+/// `ELECTRIC_DB_POOL_SIZE` snapshots at once (20 by default), 160 MiB at most in all.
+const SHARED_BYTES_MAX: usize = 8 << 20;
 /// Shapes of a shared snapshot whose logs are written and made durable at once.
 const SHARED_WRITES_AT_ONCE: usize = 16;
 /// Messages appended at once from a shared snapshot.
