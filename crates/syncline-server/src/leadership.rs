@@ -6,7 +6,9 @@
 //! every existing shape read-only from the shared files, following the writer ([`follow`]).
 //!
 //! - **Takeover**: a standby that takes the lock stops following, takes over the files
-//!   ([`crate::shapes::Shapes::become_writer`]: recovery happens as each log is opened),
+//!   ([`crate::shapes::Shapes::become_writer`]: recovery happens as each log is opened; a
+//!   previous writer that lost the lock but still holds its group journal is waited for, since
+//!   that journal may hold the only copy of commits it acknowledged),
 //!   resumes the slot from its confirmed position, and serves the same handles and offsets.
 //! - **Hand-over** (`SIGTERM`): the writer stops taking new work, flushes and acknowledges what
 //!   it processed, closes its logs cleanly, waits until its walsender has let go of the slot,

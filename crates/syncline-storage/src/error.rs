@@ -58,6 +58,11 @@ pub enum StorageError {
     /// The store was opened read-only ([`crate::Store::open_read_only`]): it never writes.
     #[error("the shape store is open read-only: {0} refused")]
     ReadOnly(&'static str),
+    /// Another live store still holds this group journal after
+    /// [`crate::GROUP_JOURNAL_RELEASE_WAIT_MAX`]: a writer that lost its place has not let go
+    /// of the files, and taking them over now could lose what only that journal holds.
+    #[error("another process still holds the group journal {0} (a previous writer that has not let go of the shape logs)")]
+    GroupJournalHeld(PathBuf),
     /// An earlier I/O failure left the writer in an unknown state; reopen the shape to recover.
     #[error("writer stopped after an earlier failure; reopen the shape to recover")]
     Poisoned,

@@ -19,10 +19,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::chunk::JournalWrite;
-use crate::error::{io_err, Result};
+use crate::error::{io_err, Result, StorageError};
 use crate::format::{
     parse_journal_name, GroupEntry, GroupEntryRef, JournalHeader, GROUP_ENTRY_HEADER_BYTES,
     GROUP_JOURNAL_PREFIX, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES,
@@ -270,11 +271,22 @@ fn sync_all(io: &Io, paths: &HashSet<PathBuf>) -> Result<()> {
     }
 }
 
-/// Replays and removes every group journal in `root` that no live store holds (a store that
-/// opens for writing does this before any writer opens): each intact entry of the file's
-/// first epoch whose log journal still exists with the entry's id gets its bytes written back
-/// (and the journal's size restored), then those journals are synced and the file removed.
-pub(crate) fn replay(root: &Path) -> Result<()> {
+/// Longest wait, when a store opens for writing, for another live store to let go of its
+/// group journal: a writer that lost its place (its lock's session ended) drops its files at
+/// once, but may still hold them when the next writer starts.
+pub const GROUP_JOURNAL_RELEASE_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How often a held group journal is tried again.
+const GROUP_JOURNAL_RELEASE_POLL: Duration = Duration::from_millis(10);
+
+/// Replays and removes every group journal in `root` (a store that opens for writing does
+/// this before any writer opens): each intact entry of the file's first epoch whose log
+/// journal still exists with the entry's id gets its bytes written back (and the journal's
+/// size restored), then those journals are synced and the file removed. A journal another
+/// live store holds is waited for, up to `wait_max`: its entries may hold the only durable
+/// copy of commits of logs that store parked (their locks released), which recovering those
+/// logs without them would cut off.
+pub(crate) fn replay(root: &Path, wait_max: Duration) -> Result<()> {
+    let deadline = Instant::now() + wait_max;
     let io = Io::default();
     let mut removed = false;
     for dirent in fs::read_dir(root).map_err(io_err(root))? {
@@ -288,8 +300,11 @@ pub(crate) fn replay(root: &Path) -> Result<()> {
         }
         let path = dirent.path();
         let file = File::open(&path).map_err(io_err(&path))?;
-        if !try_lock(&file).map_err(io_err(&path))? {
-            continue;
+        while !try_lock(&file).map_err(io_err(&path))? {
+            if Instant::now() >= deadline {
+                return Err(StorageError::GroupJournalHeld(path));
+            }
+            std::thread::sleep(GROUP_JOURNAL_RELEASE_POLL);
         }
         let bytes = fs::read(&path).map_err(io_err(&path))?;
         let touched = apply_all(&io, root, epoch_entries(&bytes))?;

@@ -3,13 +3,15 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::chunk::OpenChunk;
 use crate::error::{io_err, Result, StorageError};
 use crate::followers::{self, FollowerMark};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
-use crate::group_journal::{self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT};
+use crate::group_journal::{
+    self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT, GROUP_JOURNAL_RELEASE_WAIT_MAX,
+};
 use crate::io::Io;
 use crate::options::WriterOptions;
 use crate::reader::Reader;
@@ -33,10 +35,19 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating if needed) the storage root at `root`, finishing deletions a crash
-    /// interrupted and replaying the group journals no live store holds (see
-    /// [`crate::flush_all`]). Only one process writes a store at a time: a second store opened
-    /// for writing beside a live one must not open its writers' logs.
+    /// interrupted and replaying every group journal (see [`crate::flush_all`]); one another
+    /// live store still holds is waited for, up to [`GROUP_JOURNAL_RELEASE_WAIT_MAX`] (a writer
+    /// taking over from one that has not let go yet), then [`StorageError::GroupJournalHeld`].
+    /// Only one process writes a store at a time: a second store opened for writing beside a
+    /// live one must not open its writers' logs.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        Store::open_within(root, GROUP_JOURNAL_RELEASE_WAIT_MAX)
+    }
+
+    /// [`Store::open`], waiting at most `wait_max` (instead of
+    /// [`GROUP_JOURNAL_RELEASE_WAIT_MAX`]) for another live store to let go of its group
+    /// journal; [`StorageError::GroupJournalHeld`] past it.
+    pub fn open_within(root: impl Into<PathBuf>, wait_max: Duration) -> Result<Store> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_err(&root))?;
         for dirent in fs::read_dir(&root).map_err(io_err(&root))? {
@@ -49,7 +60,7 @@ impl Store {
                 fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
             }
         }
-        group_journal::replay(&root)?;
+        group_journal::replay(&root, wait_max)?;
         Ok(Store {
             group: Arc::new(GroupJournal::new(
                 root.clone(),

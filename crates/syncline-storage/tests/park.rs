@@ -153,3 +153,48 @@ fn a_parked_writer_refuses_a_log_another_writer_compacted() {
     other.close().unwrap();
     assert!(matches!(w.flush(), Err(StorageError::Changed(_))));
 }
+
+/// A store opened for writing while another live store still holds its group journal (a
+/// server taking over from one that has not yet let go) waits for that journal to be let go
+/// and replays it: a parked log's commits made durable only there are not lost.
+#[test]
+fn a_store_taking_over_waits_for_the_group_journal_another_still_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = Store::open(dir.path()).unwrap();
+    let mut writers: Vec<Writer> = ["a", "b"]
+        .iter()
+        .map(|s| old.create_shape(s, &small_chunks()).unwrap())
+        .collect();
+    let mut committed = Vec::new();
+    for (i, w) in writers.iter_mut().enumerate() {
+        committed.push(write_txn(w, i as u64 + 1));
+    }
+    let mut all: Vec<&mut Writer> = writers.iter_mut().collect();
+    for result in flush_all(&mut all, GroupSync::Journal) {
+        result.unwrap();
+    }
+    for w in &mut writers {
+        assert!(w.park(), "an idle writer parks, its lock released");
+    }
+    assert!(matches!(
+        Store::open_within(dir.path(), std::time::Duration::from_millis(100)),
+        Err(StorageError::GroupJournalHeld(_))
+    ));
+    let root = dir.path().to_owned();
+    let taking_over = std::thread::spawn(move || Store::open(root).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !taking_over.is_finished(),
+        "the new store waits while the old one holds its group journal"
+    );
+    drop(writers);
+    drop(old);
+    let new = taking_over.join().unwrap();
+    for (shape, msgs) in ["a", "b"].iter().zip(&committed) {
+        let w = new.open_writer(shape, &small_chunks()).unwrap();
+        assert_eq!(w.durable_offset(), msgs.last().map(|m| m.offset), "{shape}");
+        drop(w);
+        let (lines, _) = read_all(&mut new.open_reader(shape).unwrap(), None);
+        assert_eq!(lines, lines_of(msgs), "{shape}");
+    }
+}

@@ -152,10 +152,13 @@ impl Logs {
         !self.store.read().expect("store lock").is_read_only()
     }
 
-    /// Opens the store for writing (finishing deletions a crashed writer left).
+    /// Opens the store for writing (finishing deletions a crashed writer left, replaying its
+    /// group journal); waits, up to [`syncline_storage::GROUP_JOURNAL_RELEASE_WAIT_MAX`], for a
+    /// previous writer that lost the lock but still holds its group journal to let go.
     pub fn become_writer(&self) -> syncline_storage::Result<()> {
         let root = self.store().root().to_owned();
-        *self.store.write().expect("store lock") = Store::open(root)?;
+        let store = tokio::task::block_in_place(|| Store::open(root))?;
+        *self.store.write().expect("store lock") = store;
         Ok(())
     }
 
