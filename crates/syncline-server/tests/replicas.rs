@@ -1,7 +1,8 @@
 //! Several `syncline` processes on one storage directory and stream id: the writer, standbys
 //! (`--role=auto`) and replicas (`--role=replica`). Standbys and replicas serve the writer's
 //! shapes byte for byte and live, never write a byte, and a standby takes over when the writer
-//! stops (SIGTERM) or dies (SIGKILL) without a client losing its handle or a change.
+//! stops (SIGTERM), dies (SIGKILL) or loses its lock without a client losing its handle or a
+//! change.
 
 mod common;
 
@@ -36,11 +37,23 @@ async fn cluster() -> (PgCluster, tokio_postgres::Client, PathBuf) {
 
 /// Starts `syncline serve --role <role>` on the shared storage.
 fn serve(cluster: &PgCluster, storage: &Path, role: &str, log: &Path) -> Syncline {
+    serve_with(cluster, storage, role, log, &[])
+}
+
+/// [`serve`] with more environment variables.
+fn serve_with(
+    cluster: &PgCluster,
+    storage: &Path,
+    role: &str,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> Syncline {
     let mut command = Command::new(env!("CARGO_BIN_EXE_syncline"));
     command
         .arg("serve")
         .env("SYNCLINE_ROLE", role)
-        .env("ELECTRIC_ENABLE_INTEGRATION_TESTING", "true");
+        .env("ELECTRIC_ENABLE_INTEGRATION_TESTING", "true")
+        .envs(env.iter().copied());
     Syncline::spawn(
         command,
         &cluster.connection_string("postgres"),
@@ -74,6 +87,28 @@ async fn wait_role(server: &Syncline, http: &reqwest::Client, role: &str) -> Dur
         server.port,
         health(server, http).await
     );
+}
+
+/// Waits until one of `servers` is the active writer and every other an active standby;
+/// returns the writer.
+async fn next_writer<'a>(servers: &[&'a Syncline], http: &reqwest::Client) -> &'a Syncline {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let mut roles = Vec::new();
+        for server in servers {
+            roles.push(match health(server, http).await {
+                Some((200, body)) if body["status"] == "active" => body["role"].clone(),
+                _ => Value::Null,
+            });
+        }
+        let writers: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == "writer").collect();
+        if writers.len() == 1 && roles.iter().filter(|r| *r == "standby").count() == roles.len() - 1
+        {
+            return servers[writers[0]];
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no single active writer among the servers");
 }
 
 /// A GET of the shape API: status, the `electric-*` headers, and the body's bytes.
@@ -314,6 +349,88 @@ async fn a_standby_takes_over_after_sigterm_and_after_sigkill_without_loss() {
             .converge(&third, &http, &table_titles(&db, filter).await, &logs)
             .await;
         assert_eq!(&fresh.handle, handle, "no shape was made again");
+    }
+    std::fs::remove_dir_all(&logs).unwrap();
+}
+
+/// A writer whose lock's session ends (terminated in Postgres, as a restart or a network
+/// failure would) steps down to a standby without writing, and the server that takes the lock
+/// next (the standby, or the old writer again) goes on from every commit the writer
+/// acknowledged, in logs that parked between writes as in the others. (That the next writer
+/// waits for a group journal the old one still holds is `park.rs`'s test: here the old writer
+/// lets go before the next one opens the store.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_loses_its_lock_steps_down_and_a_standby_goes_on_without_loss() {
+    let (cluster, db, logs) = cluster().await;
+    let storage = tempfile::tempdir().unwrap();
+    let http = common::http_client();
+    let park_soon = [("SYNCLINE_IDLE_LOG_PARK", "100ms")];
+    let first = serve_with(
+        &cluster,
+        storage.path(),
+        "auto",
+        &logs.join("first.log"),
+        &park_soon,
+    );
+    wait_role(&first, &http, "writer").await;
+    let standby = serve_with(
+        &cluster,
+        storage.path(),
+        "auto",
+        &logs.join("second.log"),
+        &park_soon,
+    );
+    wait_role(&standby, &http, "standby").await;
+    let mut followers = Vec::new();
+    for k in 1..=10 {
+        let mut f =
+            Follower::start(&format!("table=items&where=id%20%3D%20{k}"), &first, &http).await;
+        f.catch_up(&first, &http).await.unwrap();
+        followers.push((f, format!("id = {k}")));
+    }
+    // Two rows a transaction (a group flush), each shape written every fifth transaction and
+    // idle in between, long enough to park.
+    let write = |from: u32, to: u32| {
+        let cluster = &cluster;
+        async move {
+            let db = cluster.connect("postgres").await;
+            for i in from..to {
+                db.batch_execute(&format!(
+                    "UPDATE items SET title = 'changed {i}' WHERE id IN ({}, {});",
+                    1 + 2 * (i % 5),
+                    2 + 2 * (i % 5)
+                ))
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+        }
+    };
+    write(0, 20).await;
+    let writer_lock: Vec<i32> = db
+        .query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(writer_lock.len(), 1, "the writer holds the lock");
+    db.execute("SELECT pg_terminate_backend($1)", &[&writer_lock[0]])
+        .await
+        .unwrap();
+    // Either server may take the lock next: the standby, or the old writer once it stepped
+    // down (a standby then too).
+    let writer = next_writer(&[&first, &standby], &http).await;
+    write(20, 40).await;
+    for (f, filter) in &mut followers {
+        f.catch_up(writer, &http)
+            .await
+            .expect("the handle lives through the takeover");
+        f.converge(writer, &http, &table_titles(&db, filter).await, &logs)
+            .await;
     }
     std::fs::remove_dir_all(&logs).unwrap();
 }
