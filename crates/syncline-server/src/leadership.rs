@@ -126,11 +126,11 @@ async fn write(state: &Arc<AppState>, lock: &SessionLock) -> Ended {
     };
     tracing::info!(shapes = start.restored.len(), "stored shapes taken over");
     let mut tasks = JoinSet::new();
-    let snapshotter = Snapshotter {
-        shapes: state.shapes.clone(),
-        postgres: state.postgres.clone(),
-        metrics: state.metrics.clone(),
-    };
+    let snapshotter = Snapshotter::new(
+        state.shapes.clone(),
+        state.postgres.clone(),
+        state.metrics.clone(),
+    );
     tasks.spawn(run_queue(snapshotter, start.snapshot_queue));
     let period = Duration::from_secs(state.config.compaction_period_s);
     tasks.spawn(crate::compaction::run(state.shapes.clone(), period));

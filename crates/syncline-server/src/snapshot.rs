@@ -8,7 +8,7 @@ use syncline_core::{wire, LogOffset, PgSnapshot, RelationDesc};
 use syncline_pg::snapshot::{RowEncoder, RowRef, Snapshot, SnapshotQuery};
 use syncline_pg::{ErrorKind, PgError};
 use syncline_storage::{Message, Operation, StorageError};
-use tokio::sync::{mpsc, AcquireError, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, AcquireError, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::{Metrics, SnapshotLabels};
 use crate::postgres::Postgres;
@@ -29,7 +29,7 @@ const SHARED_SHAPES_MAX: usize = 256;
 /// it, the table's shapes take one snapshot each (streamed to the log as it is read). With
 /// `ELECTRIC_DB_POOL_SIZE` snapshots at once (20 by default), 160 MiB at most in all.
 const SHARED_BYTES_MAX: usize = 8 << 20;
-/// Shapes of a shared snapshot whose logs are written and made durable at once.
+/// Logs written from shared snapshots and made durable at once, across all of them.
 const SHARED_WRITES_AT_ONCE: usize = 16;
 /// Messages appended at once from a shared snapshot.
 const APPEND_MESSAGES_MAX: usize = 4096;
@@ -110,12 +110,24 @@ impl Batch {
 /// What a snapshot needs.
 #[derive(Clone)]
 pub struct Snapshotter {
-    /// The shapes, told of each step.
-    pub shapes: Arc<Shapes>,
-    /// Query connections.
-    pub postgres: Arc<Postgres>,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
+    shapes: Arc<Shapes>,
+    postgres: Arc<Postgres>,
+    metrics: Arc<Metrics>,
+    /// Permits to write a shape's log from a shared snapshot ([`SHARED_WRITES_AT_ONCE`], for
+    /// every shared snapshot together: each open log takes up to six descriptors).
+    shared_writes: Arc<Semaphore>,
+}
+
+impl Snapshotter {
+    /// Snapshots of `shapes`, read on `postgres`'s query connections, counted in `metrics`.
+    pub fn new(shapes: Arc<Shapes>, postgres: Arc<Postgres>, metrics: Arc<Metrics>) -> Self {
+        Snapshotter {
+            shapes,
+            postgres,
+            metrics,
+            shared_writes: Arc::new(Semaphore::new(SHARED_WRITES_AT_ONCE)),
+        }
+    }
 }
 
 /// Takes the snapshot of every shape queued on `queue` (at most `ELECTRIC_DB_POOL_SIZE` at
@@ -406,16 +418,20 @@ impl Snapshotter {
         let mut end = vec![wire::STORED_SEPARATOR];
         end.extend_from_slice(&wire::snapshot_end(visibility));
         tokio::task::block_in_place(|| {
-            with_writer(shape, |w| {
-                write(w)?;
-                w.complete_snapshot(&Message {
-                    offset: LogOffset::new(0, rows),
-                    key: b"",
-                    op: Operation::Insert,
-                    json: &end,
-                })?;
-                w.flush()
-            })
+            let mut guard = shape.writer.lock();
+            let w = guard.opened().ok_or(SnapshotError::Removed)?;
+            write(w)?;
+            w.complete_snapshot(&Message {
+                offset: LogOffset::new(0, rows),
+                key: b"",
+                op: Operation::Insert,
+                json: &end,
+            })?;
+            w.flush()?;
+            // As after the pipeline's use: thousands of snapshots ending together do not keep
+            // more logs open than their bound.
+            guard.hold_if_over_bound();
+            Ok::<_, SnapshotError>(())
         })?;
         tracing::info!(handle = %shape.handle, rows, "snapshot written");
         self.metrics.snapshot_rows.inc_by(rows);
@@ -511,17 +527,25 @@ impl Snapshotter {
         Ok(Some(rows))
     }
 
-    /// Writes each shape's log from the rows of their shared snapshot, and ends it: up to
-    /// [`SHARED_WRITES_AT_ONCE`] shapes at once, so that their file syncs overlap.
+    /// Writes each shape's log from the rows of their shared snapshot, and ends it: several
+    /// at once (up to [`SHARED_WRITES_AT_ONCE`] across every shared snapshot), so that their
+    /// file syncs overlap.
     async fn write_shared(&self, batch: Vec<QueuedSnapshot>, rows: SharedRows) {
         let rows = Arc::new(rows);
         let mut writing = tokio::task::JoinSet::new();
         for (i, (shape, _)) in batch.into_iter().enumerate() {
-            if writing.len() >= SHARED_WRITES_AT_ONCE {
-                writing.join_next().await;
-            }
+            let permit = self
+                .shared_writes
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            while writing.try_join_next().is_some() {}
             let (snapshotter, rows) = (self.clone(), rows.clone());
-            writing.spawn(async move { snapshotter.write_one_shared(&shape, i, &rows).await });
+            writing.spawn(async move {
+                snapshotter.write_one_shared(&shape, i, &rows).await;
+                drop(permit);
+            });
         }
         while writing.join_next().await.is_some() {}
     }
