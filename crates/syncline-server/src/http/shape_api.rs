@@ -38,6 +38,7 @@ use super::schema_header::electric_schema;
 use super::subset_body::parse_subset_body;
 use crate::admission::{Kind, Ticket};
 use crate::health::Gate;
+use crate::pipeline::Shortage;
 use crate::shapes::{Blame, CreateError, Shape, ShapeDefinition, ShapeState};
 use crate::state::AppState;
 
@@ -560,7 +561,7 @@ impl Serve<'_> {
         if self.shape.state().gone {
             return self.gone().await;
         }
-        if out_of_descriptors(error) {
+        if Shortage::of(error) == Some(Shortage::Descriptors) {
             tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed: out of file descriptors; idle shape logs close theirs");
             self.state.shapes.descriptors_short();
             return unavailable("The server ran out of file descriptors; retry shortly");
@@ -921,39 +922,5 @@ async fn delete(state: &Arc<AppState>, query: &str) -> Response {
             StatusCode::NOT_FOUND,
             r#"{"message":"No existing shape found"}"#.into(),
         ),
-    }
-}
-
-/// Whether `error`, or an error that caused it, is the process or the system running out of
-/// file descriptors.
-fn out_of_descriptors(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let raw = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::raw_os_error);
-        if matches!(raw, Some(libc::EMFILE | libc::ENFILE)) {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::out_of_descriptors;
-    use std::io::Error;
-
-    #[test]
-    fn running_out_of_descriptors_is_found_under_a_storage_error() {
-        let storage = |errno| syncline_storage::StorageError::Io {
-            path: "index".into(),
-            source: Error::from_raw_os_error(errno),
-        };
-        assert!(out_of_descriptors(&storage(libc::EMFILE)));
-        assert!(out_of_descriptors(&Error::from_raw_os_error(libc::ENFILE)));
-        assert!(!out_of_descriptors(&storage(libc::EIO)));
-        assert!(!out_of_descriptors(&Error::other("no descriptor involved")));
     }
 }

@@ -117,15 +117,22 @@ pub enum Shortage {
     Descriptors,
 }
 
-/// The shortage a storage error means, if it means one.
-fn shortage(error: &StorageError) -> Option<Shortage> {
-    match error {
-        StorageError::Io { source, .. } => match source.raw_os_error()? {
-            libc::ENOSPC | libc::EDQUOT => Some(Shortage::Space),
-            libc::EMFILE | libc::ENFILE => Some(Shortage::Descriptors),
-            _ => None,
-        },
-        _ => None,
+impl Shortage {
+    /// The shortage `error`, or an I/O error that caused it (a storage error's, say), means,
+    /// if it means one.
+    pub fn of(error: &(dyn std::error::Error + 'static)) -> Option<Shortage> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            let raw = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::raw_os_error);
+            match raw {
+                Some(libc::ENOSPC | libc::EDQUOT) => return Some(Shortage::Space),
+                Some(libc::EMFILE | libc::ENFILE) => return Some(Shortage::Descriptors),
+                _ => next = e.source(),
+            }
+        }
+        None
     }
 }
 
@@ -881,7 +888,7 @@ impl Pipeline {
     /// succeeds (Postgres keeps the WAL); any other failure is the shape's own: it is
     /// invalidated.
     fn storage_failed(&mut self, oid: u32, id: ShapeId, error: StorageError) {
-        if let Some(shortage) = shortage(&error) {
+        if let Some(shortage) = Shortage::of(&error) {
             if self.stalled.is_none() {
                 self.stalled = Some((shortage, error.to_string()));
             }
@@ -952,4 +959,29 @@ fn as_messages(messages: &[PendingMessage]) -> Vec<Message<'_>> {
             json: &m.json,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shortage;
+    use std::io::Error;
+
+    #[test]
+    fn a_shortage_is_found_under_a_storage_error_or_alone() {
+        let storage = |errno| syncline_storage::StorageError::Io {
+            path: "index".into(),
+            source: Error::from_raw_os_error(errno),
+        };
+        assert_eq!(
+            Shortage::of(&storage(libc::EMFILE)),
+            Some(Shortage::Descriptors)
+        );
+        assert_eq!(Shortage::of(&storage(libc::ENOSPC)), Some(Shortage::Space));
+        assert_eq!(
+            Shortage::of(&Error::from_raw_os_error(libc::ENFILE)),
+            Some(Shortage::Descriptors)
+        );
+        assert_eq!(Shortage::of(&storage(libc::EIO)), None);
+        assert_eq!(Shortage::of(&Error::other("no descriptor involved")), None);
+    }
 }
