@@ -6,6 +6,9 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+
+/// Shapes per table OID, by table name, by schema.
+type TableCounts = HashMap<String, HashMap<String, HashMap<u32, usize>>>;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -20,9 +23,9 @@ pub struct Registry {
     by_identity: HashTable<(u64, Arc<Shape>)>,
     /// By the hash of `handle`.
     by_handle: HashTable<(u64, Arc<Shape>)>,
-    /// For each table name (schema, name), how many shapes were made on each table (OID)
-    /// that had it.
-    tables: HashMap<(String, String), HashMap<u32, usize>>,
+    /// By schema, then table name: how many shapes were made on each table (OID) that had
+    /// that name.
+    tables: TableCounts,
     hasher: RandomState,
 }
 
@@ -77,7 +80,8 @@ impl Registry {
     /// table dropped and made again under its name) are registered.
     pub fn has_other_table(&self, schema: &str, name: &str, oid: u32) -> bool {
         self.tables
-            .get(&(schema.to_owned(), name.to_owned()))
+            .get(schema)
+            .and_then(|names| names.get(name))
             .is_some_and(|oids| oids.keys().any(|&o| o != oid))
     }
 
@@ -119,14 +123,10 @@ impl Registry {
 }
 
 /// Counts `shape` in (or out of) the registry's shapes per table.
-fn count_table(
-    tables: &mut HashMap<(String, String), HashMap<u32, usize>>,
-    shape: &Shape,
-    added: bool,
-) {
+fn count_table(tables: &mut TableCounts, shape: &Shape, added: bool) {
     let relation = &shape.relation;
-    let key = (relation.schema.clone(), relation.name.clone());
-    let oids = tables.entry(key.clone()).or_default();
+    let names = tables.entry(relation.schema.clone()).or_default();
+    let oids = names.entry(relation.name.clone()).or_default();
     let count = oids.entry(relation.oid).or_default();
     if added {
         *count += 1;
@@ -136,7 +136,10 @@ fn count_table(
         if *count == 0 {
             oids.remove(&relation.oid);
             if oids.is_empty() {
-                tables.remove(&key);
+                names.remove(&relation.name);
+                if names.is_empty() {
+                    tables.remove(&relation.schema);
+                }
             }
         }
     }
