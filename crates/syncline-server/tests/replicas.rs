@@ -364,22 +364,19 @@ async fn a_writer_that_loses_its_lock_steps_down_and_a_standby_goes_on_without_l
     let (cluster, db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
     let http = common::http_client();
-    let park_soon = [("SYNCLINE_IDLE_LOG_PARK", "100ms")];
-    let first = serve_with(
-        &cluster,
-        storage.path(),
-        "auto",
-        &logs.join("first.log"),
-        &park_soon,
-    );
+    // Logs park 100 ms after their last write.
+    let serve_parking = |log: &str| {
+        serve_with(
+            &cluster,
+            storage.path(),
+            "auto",
+            &logs.join(log),
+            &[("SYNCLINE_IDLE_LOG_PARK", "100ms")],
+        )
+    };
+    let first = serve_parking("first.log");
     wait_role(&first, &http, "writer").await;
-    let standby = serve_with(
-        &cluster,
-        storage.path(),
-        "auto",
-        &logs.join("second.log"),
-        &park_soon,
-    );
+    let standby = serve_parking("second.log");
     wait_role(&standby, &http, "standby").await;
     let mut followers = Vec::new();
     for k in 1..=10 {
