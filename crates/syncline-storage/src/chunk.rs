@@ -130,6 +130,10 @@ struct Journal {
     /// Whether some of those frames were not written to the file (the group journal takes
     /// them instead).
     deferred: bool,
+    /// Whether the header was written but not synced yet: the chunk's next sync includes the
+    /// journal whatever else it holds (the group journal cannot carry a header, and its
+    /// entries are replayed only into a journal whose header names them).
+    header_unsynced: bool,
 }
 
 /// What a log journal's frames since its last sync need from the group journal to be durable
@@ -163,8 +167,10 @@ const BUFFER_KEPT_BYTES_MAX: usize = crate::IDLE_WRITER_BUFFER_BYTES_MAX / 3;
 
 impl Journal {
     /// Starts a journal whose chunk files hold exactly `base` durable bytes, atomically
-    /// replacing any previous journal of the chunk; the caller syncs the directory.
-    fn start(io: &Io, dir: &Path, seq: u64, base: ChunkLens) -> Result<Journal> {
+    /// replacing any previous journal of the chunk; the caller syncs the directory. With
+    /// `sync`, the header is synced before the journal takes its place; without, the chunk's
+    /// next sync makes it durable (for a chunk whose files nothing durable needs before then).
+    fn start(io: &Io, dir: &Path, seq: u64, base: ChunkLens, sync: bool) -> Result<Journal> {
         let path = journal_path(dir, seq);
         let tmp = path.with_extension("journal.tmp");
         let file = io.create(&tmp)?;
@@ -172,13 +178,16 @@ impl Journal {
         let header = JournalHeader { base, id };
         io.write_at(&file, &tmp, 0, &header.encode())?;
         io.set_len(&file, &tmp, JOURNAL_ALLOCATE_BYTES)?;
-        io.sync_data(&file, &tmp)?;
+        if sync {
+            io.sync_data(&file, &tmp)?;
+        }
         io.rename(&tmp, &path)?;
-        Ok(Journal::created(path, file, header))
+        Ok(Journal::created(path, file, header, !sync))
     }
 
-    /// Takes over the empty journal [`Journal::start`] made, open in `file`.
-    fn created(path: PathBuf, file: File, header: JournalHeader) -> Journal {
+    /// Takes over the empty journal [`Journal::start`] made, open in `file`; `header_unsynced`
+    /// if its header is not durable yet.
+    fn created(path: PathBuf, file: File, header: JournalHeader, header_unsynced: bool) -> Journal {
         let len = to_u64(JOURNAL_HEADER_BYTES);
         Journal {
             file: LazyFile::opened(path, file),
@@ -188,6 +197,7 @@ impl Journal {
             allocated: JOURNAL_ALLOCATE_BYTES,
             unsynced: Vec::new(),
             deferred: false,
+            header_unsynced,
         }
     }
 
@@ -203,6 +213,7 @@ impl Journal {
             allocated: close_at + to_u64(CLOSE_RECORD_BYTES),
             unsynced: Vec::new(),
             deferred: false,
+            header_unsynced: false,
         }
     }
 
@@ -241,6 +252,7 @@ impl Journal {
         self.unsynced.clear();
         self.unsynced.shrink_to(BUFFER_KEPT_BYTES_MAX);
         self.deferred = false;
+        self.header_unsynced = false;
     }
 }
 
@@ -249,7 +261,8 @@ impl Journal {
 pub(crate) enum JournalStart {
     /// A fresh journal, based at the chunk files' lengths (after recovery).
     Fresh,
-    /// The empty journal `OpenChunk::create` made for a new shape, open in `file`.
+    /// The empty journal `OpenChunk::create` made for a new shape, open in `file` (its header
+    /// not synced yet).
     New {
         /// The journal, open for reading and writing.
         file: File,
@@ -313,7 +326,8 @@ pub(crate) struct OpenChunk {
 
 impl OpenChunk {
     /// Creates the three empty files of chunk `seq` and its journal, following a log whose last
-    /// message is `last_message`; the caller syncs the directory.
+    /// message is `last_message`, none of them synced: the chunk's next sync includes its
+    /// journal, and the caller syncs the directory with it.
     pub fn create(
         io: &Io,
         dir: &Path,
@@ -331,7 +345,7 @@ impl OpenChunk {
             json: make(ChunkFile::Json)?,
             keys: make(ChunkFile::Keys)?,
             recs: make(ChunkFile::Recs)?,
-            journal: Journal::start(io, dir, seq, ChunkLens::default())?,
+            journal: Journal::start(io, dir, seq, ChunkLens::default(), false)?,
             first: None,
             last: None,
             last_is_commit: false,
@@ -370,9 +384,9 @@ impl OpenChunk {
             keys: open(ChunkFile::Keys, lens.keys)?,
             recs: open(ChunkFile::Recs, lens.recs)?,
             journal: match journal {
-                JournalStart::Fresh => Journal::start(io, dir, seq, lens)?,
+                JournalStart::Fresh => Journal::start(io, dir, seq, lens, true)?,
                 JournalStart::New { file, header } => {
-                    Journal::created(journal_path(dir, seq), file, header)
+                    Journal::created(journal_path(dir, seq), file, header, true)
                 }
                 JournalStart::Resume {
                     file,
@@ -568,26 +582,24 @@ impl OpenChunk {
         Ok(())
     }
 
-    /// Writes the buffers and makes them durable with one `fdatasync` of the journal, and of
-    /// the chunk files if written in place since the last sync (all started together).
-    pub fn write_and_sync_journal(&mut self, io: &Io) -> Result<()> {
-        self.write_out(io, false)?;
-        self.sync(io, self.in_place_unsynced)
+    /// Writes the buffers when the chunk closes, its journal's last frame describing them in
+    /// place: the chunk files are synced anyway ([`OpenChunk::files_to_sync_closed`]), since
+    /// they must be durable before the chunk's index entry, and until then the journal must
+    /// describe all of the chunk (recovery treats it as the tail).
+    pub fn write_closing(&mut self, io: &Io) -> Result<()> {
+        self.write_out_as(io, false, Files::InPlace)
     }
 
-    /// Writes the buffers and makes the chunk files and the journal durable, when the chunk
-    /// closes: its files must be durable before its index entry, and its journal must describe
-    /// all of it while it is not yet indexed (recovery then treats it as the tail). The chunk
-    /// files are synced anyway, so the journal's last frame describes the bytes written in
-    /// place instead of holding a second copy of them.
-    pub fn write_and_sync_all(&mut self, io: &Io) -> Result<()> {
-        self.write_out_as(io, false, Files::InPlace)?;
-        self.sync(io, true)
+    /// What a closed chunk needs synced before its index entry is written: its three files and
+    /// its journal (if written, or its header, since the last sync).
+    pub fn files_to_sync_closed(&self) -> Result<Vec<(&File, &Path)>> {
+        assert_eq!(self.buffered_bytes(), 0, "a closed chunk is written out");
+        self.unsynced_files(true, true)
     }
 
-    /// The files [`OpenChunk::write_and_sync_journal`] syncs after its write: the journal if
-    /// it was written and `with_journal`, and the chunk files if written in place since the
-    /// last sync.
+    /// The files a flush syncs after [`OpenChunk::write_out`]: the journal if it was written
+    /// and `with_journal` (or its header is not durable yet), and the chunk files if written
+    /// in place since the last sync.
     pub fn files_to_sync(&self, with_journal: bool) -> Result<Vec<(&File, &Path)>> {
         self.unsynced_files(self.in_place_unsynced, with_journal)
     }
@@ -601,7 +613,7 @@ impl OpenChunk {
                 files.push((a.file.get()?, a.file.path()));
             }
         }
-        if self.journal_unsynced && with_journal {
+        if (self.journal_unsynced && with_journal) || self.journal.header_unsynced {
             files.push((self.journal.file.get()?, self.journal.file.path()));
         }
         Ok(files)

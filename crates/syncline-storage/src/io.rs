@@ -236,6 +236,17 @@ impl Io {
                     },
                 );
             }
+            // A directory renamed: the files in it move with it, as durable as they were.
+            let inside: Vec<PathBuf> = files
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for path in inside {
+                let t = files.remove(&path).expect("listed just now");
+                let moved = to.join(path.strip_prefix(from).expect("inside the directory"));
+                files.insert(moved, t);
+            }
         }
         Ok(())
     }

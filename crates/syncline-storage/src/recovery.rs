@@ -170,6 +170,8 @@ fn writer(
         txn_open: false,
         snapshot_done,
         dir_dirty: false,
+        closed_unsynced: None,
+        created_unsynced: false,
         poisoned: false,
         parked_index: None,
         group: None,

@@ -15,7 +15,8 @@ use crate::group_journal::{
 use crate::io::Io;
 use crate::options::WriterOptions;
 use crate::reader::Reader;
-use crate::recovery::{lock_shape, open_created, open_writer, read_meta};
+use crate::recovery::{open_created, open_writer, read_meta};
+use crate::shape_lock::lock_only;
 use crate::writer::Writer;
 
 /// Name prefix of a shape directory being deleted.
@@ -140,7 +141,11 @@ impl Store {
     }
 
     /// Creates a shape's storage and returns its writer. The shape appears atomically: it is
-    /// built in a hidden directory, synced, then renamed into place.
+    /// built in a hidden directory, then renamed into place. Nothing is synced: the writer's
+    /// first flush makes the shape durable with its first commits (its files, its directory
+    /// and the root's entry synced together). Until that flush returns, a crash may leave the
+    /// shape absent, or present but incomplete: [`Store::open_writer`] may then fail on it, and
+    /// [`Store::delete_shape`] removes it.
     pub fn create_shape(&self, shape: &str, options: &WriterOptions) -> Result<Writer> {
         self.check_writable("creating a shape")?;
         let dir = self.shape_dir(shape)?;
@@ -169,15 +174,13 @@ impl Store {
             }
             .encode(),
         )?;
-        io.sync_data(&meta, &meta_path)?;
-        let index_path = tmp.join(INDEX_FILE);
-        let index = io.create(&index_path)?;
-        io.sync_data(&index, &index_path)?;
+        io.create(&tmp.join(INDEX_FILE))?;
         OpenChunk::create(&io, &tmp, 0, None, options.journal_bytes_max)?;
-        io.sync_dir(&tmp)?;
         io.rename(&tmp, &dir)?;
-        io.sync_dir(&self.root)?;
-        Ok(self.with_group(open_created(&dir, shape, options)?))
+        let mut writer = open_created(&dir, shape, options)?;
+        writer.created_unsynced = true;
+        writer.dir_dirty = true;
+        Ok(self.with_group(writer))
     }
 
     /// Opens an existing shape for writing, first cutting it back to its last durable commit.
@@ -207,11 +210,17 @@ impl Store {
         Ok(Reader::new(dir))
     }
 
-    /// Deletes a shape that has no writer. Readers with open files keep reading them.
+    /// Deletes a shape that has no writer, whatever state a crash left it in. Readers with open
+    /// files keep reading them.
     pub fn delete_shape(&self, shape: &str) -> Result<()> {
         self.check_writable("deleting a shape")?;
         let dir = self.shape_dir(shape)?;
-        let _lock = lock_shape(&dir, shape)?;
+        let _lock = match lock_only(&dir, shape) {
+            // A creation cut short by a crash, before its first flush, can leave the directory
+            // without `shape.meta`: no writer holds it, since a writer keeps that file open.
+            Err(StorageError::ShapeNotFound(_)) if dir.is_dir() => None,
+            locked => Some(locked?),
+        };
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());

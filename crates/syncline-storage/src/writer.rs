@@ -1,5 +1,6 @@
 //! The single writer of a shape log: buffered appends, commits, batched durable flushes.
 
+use std::borrow::Cow;
 use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use crate::chunk::{Files, JournalWrite, OpenChunk};
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
-    FLAG_SNAPSHOT_DONE,
+    FLAG_SNAPSHOT_DONE, META_FILE,
 };
 use crate::group_journal::GroupJournal;
 use crate::io::{run_concurrently, Io};
@@ -64,6 +65,13 @@ pub struct Writer {
     pub(crate) snapshot_done: bool,
     /// Whether files were created since the directory was last synced.
     pub(crate) dir_dirty: bool,
+    /// The chunk closed last, written but not synced: the next flush syncs its four files with
+    /// everything else it syncs, before the chunk's index entry (or the next chunk's close
+    /// syncs them first).
+    pub(crate) closed_unsynced: Option<OpenChunk>,
+    /// Whether the shape was created since the last flush, so that its creation is not durable
+    /// yet: the next flush also syncs `shape.meta` and the store's root directory.
+    pub(crate) created_unsynced: bool,
     pub(crate) poisoned: bool,
     /// What the index file was when the writer parked ([`file_identity`]); none unless parked.
     pub(crate) parked_index: Option<FileIdentity>,
@@ -156,22 +164,21 @@ impl Writer {
         })
     }
 
-    /// Writes everything buffered, makes every commit so far durable (the journal, new directory
-    /// entries, then index entries, each synced) and returns the last durable committed offset.
+    /// Writes everything buffered, makes every commit so far durable (the journal, a chunk
+    /// closed since the last flush, new directory entries, and a new shape's files, all synced
+    /// together; then index entries, synced) and returns the last durable committed offset.
     /// Afterwards the writer keeps at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] of buffers.
     pub fn flush(&mut self) -> Result<Option<LogOffset>> {
-        self.guarded(|w| {
-            let committed = w.last_committed;
-            w.tail.write_and_sync_journal(&w.io)?;
-            w.tail.shrink_buffers();
-            if w.dir_dirty {
-                w.io.sync_dir(&w.dir)?;
-                w.dir_dirty = false;
-            }
-            w.append_index_entries()?;
-            w.durable = committed;
-            Ok(committed)
-        })
+        let committed = self.write_unsynced(false)?;
+        let synced = self
+            .pending_syncs(true)
+            .and_then(|syncs| sync_in_turn(&syncs, &self.io));
+        if let Err(e) = synced {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.synced(committed)?;
+        Ok(committed)
     }
 
     /// Writes everything buffered (not synced; the journal's new frame only to memory if
@@ -189,17 +196,38 @@ impl Writer {
         })
     }
 
-    /// What [`Writer::flush`] would sync after [`Writer::write_unsynced`]: the tail's files
-    /// (the journal only `with_journal`), and the directory if files were created in it.
+    /// What [`Writer::flush`] syncs after [`Writer::write_unsynced`]: the tail's files (the
+    /// journal only `with_journal`, or if its header is new), a chunk closed since the last
+    /// flush, the directory if files were created in it, and a new shape's `shape.meta` and
+    /// the root's entry for it (its `index` is empty until entries are appended, with a sync).
     fn pending_syncs(&self, with_journal: bool) -> Result<Vec<PendingSync<'_>>> {
-        let mut syncs: Vec<PendingSync<'_>> = self
-            .tail
-            .files_to_sync(with_journal)?
+        let mut files = self.tail.files_to_sync(with_journal)?;
+        if let Some(closed) = &self.closed_unsynced {
+            files.extend(closed.files_to_sync_closed()?);
+        }
+        let mut syncs: Vec<PendingSync<'_>> = files
             .into_iter()
-            .map(|(file, path)| PendingSync::File(file, path))
+            .map(|(file, path)| PendingSync::File(file, Cow::Borrowed(path)))
             .collect();
+        if self.created_unsynced {
+            let lock = self
+                .lock
+                .as_ref()
+                .expect("a writer flushes holding its lock");
+            syncs.push(PendingSync::File(
+                lock,
+                Cow::Owned(self.dir.join(META_FILE)),
+            ));
+        }
         if self.dir_dirty {
             syncs.push(PendingSync::Dir(&self.dir));
+        }
+        if self.created_unsynced {
+            let root = self
+                .dir
+                .parent()
+                .expect("a shape's directory is in the store's root");
+            syncs.push(PendingSync::Dir(root));
         }
         Ok(syncs)
     }
@@ -215,7 +243,9 @@ impl Writer {
             );
             w.tail.synced();
             w.tail.shrink_buffers();
+            w.closed_unsynced = None;
             w.dir_dirty = false;
+            w.created_unsynced = false;
             w.append_index_entries()?;
             w.durable = committed;
             Ok(())
@@ -269,8 +299,10 @@ impl Writer {
             return false;
         }
         assert!(
-            self.closed_pending.is_empty() && self.closed_committed.is_empty(),
-            "a flush with no transaction open indexes every closed chunk"
+            self.closed_pending.is_empty()
+                && self.closed_committed.is_empty()
+                && self.closed_unsynced.is_none(),
+            "a flush with no transaction open syncs and indexes every closed chunk"
         );
         match file_identity(self.index.path()) {
             Ok(identity) => self.parked_index = Some(identity),
@@ -300,6 +332,9 @@ impl Writer {
                 w.tail.write_out(&w.io, false)?;
             }
             w.tail.release_files();
+            if let Some(closed) = &mut w.closed_unsynced {
+                closed.release_files();
+            }
             w.index.release();
             Ok(())
         })
@@ -435,22 +470,27 @@ impl Writer {
         self.txn_open = false;
     }
 
-    /// Closes the full tail chunk (its files synced, immutable from now on) and opens the next.
+    /// Closes the full tail chunk (immutable from now on; its files written, and synced by the
+    /// next flush or the next close of a chunk, whichever comes first) and opens the next.
     fn roll_over(&mut self) -> Result<()> {
-        self.tail.write_and_sync_all(&self.io)?;
+        if let Some(earlier) = self.closed_unsynced.take() {
+            self.io.sync_data_all(&earlier.files_to_sync_closed()?)?;
+        }
+        self.tail.write_closing(&self.io)?;
         let entry = self.tail.entry(u16::from(self.snapshot_flags()));
         if self.tail.last_is_commit {
             self.closed_committed.push(entry);
         } else {
             self.closed_pending.push(entry);
         }
-        self.tail = OpenChunk::create(
+        let next = OpenChunk::create(
             &self.io,
             &self.dir,
             self.tail.seq + 1,
             self.last_appended,
             self.journal_bytes_max,
         )?;
+        self.closed_unsynced = Some(std::mem::replace(&mut self.tail, next));
         self.dir_dirty = true;
         Ok(())
     }
@@ -523,7 +563,7 @@ pub enum GroupSync {
 
 /// A file or directory a group flush syncs.
 enum PendingSync<'a> {
-    File(&'a File, &'a Path),
+    File(&'a File, Cow<'a, Path>),
     Dir(&'a Path),
 }
 
@@ -692,6 +732,26 @@ fn prepare_all<'a>(writers: &'a mut [&mut Writer], journaled: bool) -> Vec<Prepa
             .flat_map(|part| part.join().expect("writing a log does not panic"))
             .collect()
     })
+}
+
+/// Runs every sync of `syncs` from this thread: the files' writeback started together, then
+/// each file synced, then each directory (a thread per sync costs more than it saves when one
+/// log flushes).
+fn sync_in_turn(syncs: &[PendingSync<'_>], io: &Io) -> Result<()> {
+    let files: Vec<(&File, &Path)> = syncs
+        .iter()
+        .filter_map(|s| match s {
+            PendingSync::File(file, path) => Some((*file, path.as_ref())),
+            PendingSync::Dir(_) => None,
+        })
+        .collect();
+    io.sync_data_all(&files)?;
+    for sync in syncs {
+        if let PendingSync::Dir(dir) = sync {
+            io.sync_dir(dir)?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs every sync of `syncs` (each tagged with its log's index into `ios`) at once, from up to

@@ -99,7 +99,17 @@ fn check_recovery(root: &Path, shape: &str, durable: u64) -> u64 {
         assert_eq!(durable, 0, "a shape with durable data disappeared");
         return 0;
     }
-    let w = store.open_writer(shape, &options(None)).unwrap();
+    let w = match store.open_writer(shape, &options(None)) {
+        Ok(w) => w,
+        Err(e) => {
+            // A creation is durable only from the writer's first flush: before it, a power
+            // cut may leave the shape incomplete, and deleting it must still work.
+            assert_eq!(durable, 0, "a shape with durable data cannot be opened: {e}");
+            store.delete_shape(shape).unwrap();
+            assert!(!store.list_shapes().unwrap().contains(&shape.to_string()));
+            return 0;
+        }
+    };
     let (lines, _) = read_all(&mut store.open_reader(shape).unwrap(), None);
     let survived = committed_prefix_with_compaction(&lines);
     assert!(
@@ -662,4 +672,34 @@ fn deferred_bytes_are_durable_and_read_once_written() {
     for shape in &shapes {
         check_recovery(dir.path(), shape, 2);
     }
+}
+
+/// A creation syncs nothing: a power cut before the writer's first flush takes the shape's
+/// files, which deleting the shape then clears, and the first flush makes it durable.
+#[test]
+fn a_shape_is_durable_from_its_first_flush() {
+    let _no_spawn = no_spawn();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = FaultPlan::unlimited();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.create_shape(SHAPE, &options(Some(plan.clone()))).unwrap();
+    append_and_commit(&mut w, &workload_txn(1));
+    drop((w, store));
+    plan.simulate_power_loss(false, |_| 0).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(
+        store.open_writer(SHAPE, &options(None)).is_err(),
+        "the shape's files did not survive"
+    );
+    store.delete_shape(SHAPE).unwrap();
+    assert!(store.list_shapes().unwrap().is_empty());
+
+    let plan = FaultPlan::unlimited();
+    let mut w = store.create_shape(SHAPE, &options(Some(plan.clone()))).unwrap();
+    let txn = workload_txn(1);
+    append_and_commit(&mut w, &txn);
+    assert_eq!(w.flush().unwrap(), txn.last().map(|m| m.offset));
+    drop((w, store));
+    plan.simulate_power_loss(false, |_| 0).unwrap();
+    check_recovery(dir.path(), SHAPE, 1);
 }

@@ -167,6 +167,8 @@ fn run(steps: Vec<Step>) {
         next_tx: 1,
         ..Model::default()
     };
+    // A creation is durable from the writer's first flush (or close) on.
+    let mut created_durable = false;
     for step in steps {
         match step {
             Step::Append(intents) => {
@@ -186,6 +188,7 @@ fn run(steps: Vec<Step>) {
                 let durable = writer.flush().unwrap();
                 assert_eq!(durable, model.txns.last().map(|t| t.last().unwrap().offset));
                 model.durable_txns = model.txns.len();
+                created_durable = true;
             }
             Step::Read(pick) => model.check_read(&mut reader, pick),
             Step::Compact(keep) => {
@@ -195,6 +198,7 @@ fn run(steps: Vec<Step>) {
             Step::Close => {
                 let durable = writer.close().unwrap();
                 assert_eq!(durable, model.txns.last().map(|t| t.last().unwrap().offset));
+                created_durable = true;
                 model.durable_txns = model.txns.len();
                 model.pending.clear();
                 model.next_tx += 1;
@@ -213,7 +217,22 @@ fn run(steps: Vec<Step>) {
                     power_cut(&plan, hole, seed);
                 }
                 plan = FaultPlan::unlimited();
-                writer = store.open_writer("m", &options(plan.clone())).unwrap();
+                writer = match store.open_writer("m", &options(plan.clone())) {
+                    Ok(writer) => writer,
+                    Err(e) => {
+                        assert!(
+                            power_loss.is_some() && !created_durable,
+                            "a durable shape must open: {e}"
+                        );
+                        // The power cut took the new shape's files: it is deleted and made again.
+                        store.delete_shape("m").unwrap();
+                        model = Model {
+                            next_tx: model.next_tx,
+                            ..Model::default()
+                        };
+                        store.create_shape("m", &options(plan.clone())).unwrap()
+                    }
+                };
                 if power_loss.is_some() {
                     // A power cut ends every process: readers start afresh. A reader survives
                     // a writer's process crash and must keep reading correctly.
