@@ -260,6 +260,15 @@ async fn a_crash_between_lifecycle_steps_leaves_nothing_behind() {
     record["handle"] = Value::String("1-1".into());
     std::fs::write(meta("1-1"), serde_json::to_vec(&record).unwrap()).unwrap();
     std::fs::write(storage.path().join("shapes/2-2.json.tmp"), b"{\"trunc").unwrap();
+    // 7: a creation a power cut tore (neither its metadata nor its log is synced before the
+    // snapshot completes): both files cut short. 8: a creation whose files a power cut took,
+    // its log's directory left empty. 9: one whose log the power cut took whole, its
+    // metadata cut short.
+    std::fs::write(meta("3-3"), b"").unwrap();
+    std::fs::create_dir(log("3-3")).unwrap();
+    std::fs::write(log("3-3").join("shape.meta"), b"").unwrap();
+    std::fs::create_dir(log("4-4")).unwrap();
+    std::fs::write(meta("5-5"), b"{\"version\":").unwrap();
 
     let server = Syncline::start(&url, storage.path(), port, &logs.path().join("second.log"));
     server.wait_active(&http).await;

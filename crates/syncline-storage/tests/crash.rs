@@ -104,7 +104,10 @@ fn check_recovery(root: &Path, shape: &str, durable: u64) -> u64 {
         Err(e) => {
             // A creation is durable only from the writer's first flush: before it, a power
             // cut may leave the shape incomplete, and deleting it must still work.
-            assert_eq!(durable, 0, "a shape with durable data cannot be opened: {e}");
+            assert_eq!(
+                durable, 0,
+                "a shape with durable data cannot be opened: {e}"
+            );
             store.delete_shape(shape).unwrap();
             assert!(!store.list_shapes().unwrap().contains(&shape.to_string()));
             return 0;
@@ -682,7 +685,9 @@ fn a_shape_is_durable_from_its_first_flush() {
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::unlimited();
     let store = Store::open(dir.path()).unwrap();
-    let mut w = store.create_shape(SHAPE, &options(Some(plan.clone()))).unwrap();
+    let mut w = store
+        .create_shape(SHAPE, &options(Some(plan.clone())))
+        .unwrap();
     append_and_commit(&mut w, &workload_txn(1));
     drop((w, store));
     plan.simulate_power_loss(false, |_| 0).unwrap();
@@ -695,7 +700,9 @@ fn a_shape_is_durable_from_its_first_flush() {
     assert!(store.list_shapes().unwrap().is_empty());
 
     let plan = FaultPlan::unlimited();
-    let mut w = store.create_shape(SHAPE, &options(Some(plan.clone()))).unwrap();
+    let mut w = store
+        .create_shape(SHAPE, &options(Some(plan.clone())))
+        .unwrap();
     let txn = workload_txn(1);
     append_and_commit(&mut w, &txn);
     assert_eq!(w.flush().unwrap(), txn.last().map(|m| m.offset));

@@ -133,17 +133,25 @@ impl MetaDir {
         }
     }
 
-    /// Writes `meta` durably: a temporary file, fsynced, renamed over the old one, directory
-    /// fsynced.
+    /// Writes `meta`: a temporary file renamed over the old one. Metadata of a complete
+    /// snapshot is written durably (the file fsynced before the rename, the directory after).
+    /// That of an incomplete one is not synced: a restart removes such a shape whatever its
+    /// metadata holds, so a crash may as well lose or tear it (a torn file is skipped, and its
+    /// log, then without metadata, removed).
     pub fn save(&self, meta: &ShapeMeta) -> io::Result<()> {
         self.check_writable()?;
         let path = self.path(&meta.handle);
         let tmp = path.with_extension("json.tmp");
         let mut file = File::create(&tmp)?;
         file.write_all(&serde_json::to_vec(meta)?)?;
-        file.sync_all()?;
+        if meta.snapshot_complete {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()
+        if meta.snapshot_complete {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(())
     }
 
     /// Appends `records` to the shape's view file and syncs it (and the directory when the
@@ -220,8 +228,8 @@ impl MetaDir {
     }
 
     /// Every stored shape's metadata (removing what a cut-short save left, unless read-only);
-    /// unreadable files are logged and skipped (their shapes
-    /// are gone). Metadata of a newer format is an error: a downgrade must not drop shapes it
+    /// files that do not parse are logged and skipped (their shapes are gone), and removed
+    /// unless read-only. Metadata of a newer format is an error: a downgrade must not drop shapes it
     /// does not understand.
     pub fn load_all(&self) -> io::Result<Vec<ShapeMeta>> {
         let mut out = Vec::new();
@@ -248,6 +256,13 @@ impl MetaDir {
                     )))
                 }
                 Ok(Ok(meta)) => out.push(meta),
+                // The first save of a new shape is not synced, so a crash can tear it: the
+                // shape's snapshot never completed, and the writer removes the file (restore
+                // then removes the log left without metadata).
+                Ok(Err(e)) if self.writable.load(Ordering::SeqCst) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata removed");
+                    fs::remove_file(&path)?;
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata; skipped")
                 }

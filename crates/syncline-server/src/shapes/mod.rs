@@ -578,9 +578,9 @@ impl Shapes {
             .acquire()
             .await
             .expect("the creation permits are never closed");
-        // Metadata first: a crash before the log exists leaves metadata of an incomplete
-        // snapshot, which restore removes; a log never exists without metadata but briefly
-        // during deletion, and restore removes such logs.
+        // Metadata first, then the log, neither synced (both become durable when the snapshot
+        // completes): a crash before then leaves metadata of an incomplete snapshot, a log
+        // without metadata, or either torn, and restore removes them all.
         let writer = tokio::task::block_in_place(|| -> Result<_, CreateError> {
             let _permit = permit;
             self.meta.save(&ShapeMeta::new(
