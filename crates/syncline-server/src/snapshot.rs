@@ -531,6 +531,9 @@ impl Snapshotter {
     /// at once (up to [`SHARED_WRITES_AT_ONCE`] across every shared snapshot), so that their
     /// file syncs overlap.
     async fn write_shared(&self, batch: Vec<QueuedSnapshot>, rows: SharedRows) {
+        // Counted before any log is written, so that it already counts a shape whose client
+        // has its answer.
+        self.metrics.snapshots_shared.inc_by(batch.len() as u64);
         let rows = Arc::new(rows);
         let mut writing = tokio::task::JoinSet::new();
         for (i, (shape, _)) in batch.into_iter().enumerate() {
@@ -577,11 +580,8 @@ impl Snapshotter {
             })
             .await
         };
-        match result.await {
-            Ok(()) => {
-                self.metrics.snapshots_shared.inc();
-            }
-            Err(e) => self.shapes.snapshot_failed(shape, e.failure()).await,
+        if let Err(e) = result.await {
+            self.shapes.snapshot_failed(shape, e.failure()).await;
         }
     }
 }
