@@ -68,7 +68,8 @@ pub struct Writer {
     /// The chunk closed last, written but not synced: the next flush syncs its four files with
     /// everything else it syncs, before the chunk's index entry (or the next chunk's close
     /// syncs them first).
-    pub(crate) closed_unsynced: Option<OpenChunk>,
+    /// (Boxed: most writers have none, and idle writers stay in memory by the thousand.)
+    pub(crate) closed_unsynced: Option<Box<OpenChunk>>,
     /// Whether the shape was created since the last flush, so that its creation is not durable
     /// yet: the next flush also syncs `shape.meta` and the store's root directory.
     pub(crate) created_unsynced: bool,
@@ -490,7 +491,7 @@ impl Writer {
             self.last_appended,
             self.journal_bytes_max,
         )?;
-        self.closed_unsynced = Some(std::mem::replace(&mut self.tail, next));
+        self.closed_unsynced = Some(Box::new(std::mem::replace(&mut self.tail, next)));
         self.dir_dirty = true;
         Ok(())
     }
