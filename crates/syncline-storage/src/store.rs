@@ -21,6 +21,8 @@ use crate::writer::Writer;
 
 /// Name prefix of a shape directory being deleted.
 const DELETING_PREFIX: &str = ".deleting-";
+/// Name prefix of a shape directory being created.
+const CREATING_PREFIX: &str = ".creating-";
 /// Longest shape id, in bytes.
 pub const SHAPE_ID_BYTES_MAX: usize = 200;
 
@@ -62,6 +64,18 @@ impl Store {
             }
         }
         group_journal::replay(&root, wait_max)?;
+        // Only now that no other store writes here: a creation a crash cut short before its
+        // rename, which nobody retries (ids are not reused).
+        for dirent in fs::read_dir(&root).map_err(io_err(&root))? {
+            let dirent = dirent.map_err(io_err(&root))?;
+            if dirent
+                .file_name()
+                .to_string_lossy()
+                .starts_with(CREATING_PREFIX)
+            {
+                fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
+            }
+        }
         Ok(Store {
             group: Arc::new(GroupJournal::new(
                 root.clone(),
@@ -158,7 +172,7 @@ impl Store {
             ));
         }
         let io = Io::new(options.fault_plan.clone());
-        let tmp = self.root.join(format!(".creating-{shape}"));
+        let tmp = self.root.join(format!("{CREATING_PREFIX}{shape}"));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
         }

@@ -195,12 +195,17 @@ fn lists_and_deletes_shapes() {
         store.open_writer("b", &WriterOptions::default()),
         Err(StorageError::ShapeNotFound(_))
     ));
-    // A deletion a crash interrupted is finished when the store is next opened.
+    // A deletion a crash interrupted is finished when the store is next opened, and a creation
+    // it cut short before the rename is removed.
     let leftover = dir.path().join(".deleting-a-1");
     std::fs::create_dir(&leftover).unwrap();
     std::fs::write(leftover.join("index"), b"").unwrap();
+    let unborn = dir.path().join(".creating-d");
+    std::fs::create_dir(&unborn).unwrap();
+    std::fs::write(unborn.join("shape.meta"), b"").unwrap();
     let store = Store::open(dir.path()).unwrap();
     assert!(!leftover.exists());
+    assert!(!unborn.exists());
     assert_eq!(store.list_shapes().unwrap(), ["a", "c-1"]);
 }
 
