@@ -53,29 +53,11 @@ impl Store {
     pub fn open_within(root: impl Into<PathBuf>, wait_max: Duration) -> Result<Store> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_err(&root))?;
-        for dirent in fs::read_dir(&root).map_err(io_err(&root))? {
-            let dirent = dirent.map_err(io_err(&root))?;
-            if dirent
-                .file_name()
-                .to_string_lossy()
-                .starts_with(DELETING_PREFIX)
-            {
-                fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
-            }
-        }
+        remove_dirs_named(&root, DELETING_PREFIX)?;
         group_journal::replay(&root, wait_max)?;
         // Only now that no other store writes here: a creation a crash cut short before its
         // rename, which nobody retries (ids are not reused).
-        for dirent in fs::read_dir(&root).map_err(io_err(&root))? {
-            let dirent = dirent.map_err(io_err(&root))?;
-            if dirent
-                .file_name()
-                .to_string_lossy()
-                .starts_with(CREATING_PREFIX)
-            {
-                fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
-            }
-        }
+        remove_dirs_named(&root, CREATING_PREFIX)?;
         Ok(Store {
             group: Arc::new(GroupJournal::new(
                 root.clone(),
@@ -265,6 +247,17 @@ impl Store {
         }
         Ok(self.root.join(shape))
     }
+}
+
+/// Removes every entry of `root` whose name starts with `prefix`, with what it holds.
+fn remove_dirs_named(root: &Path, prefix: &str) -> Result<()> {
+    for dirent in fs::read_dir(root).map_err(io_err(root))? {
+        let dirent = dirent.map_err(io_err(root))?;
+        if dirent.file_name().to_string_lossy().starts_with(prefix) {
+            fs::remove_dir_all(dirent.path()).map_err(io_err(dirent.path()))?;
+        }
+    }
+    Ok(())
 }
 
 fn valid_shape_id(id: &str) -> bool {
