@@ -166,8 +166,8 @@ impl Writer {
     }
 
     /// Writes everything buffered, makes every commit so far durable (the journal, a chunk
-    /// closed since the last flush, new directory entries, and a new shape's files, all synced
-    /// together; then index entries, synced) and returns the last durable committed offset.
+    /// closed since the last flush, new directory entries and a new shape's files, their
+    /// writeback started together, then each synced; then index entries, synced) and returns the last durable committed offset.
     /// Afterwards the writer keeps at most [`crate::IDLE_WRITER_BUFFER_BYTES_MAX`] of buffers.
     pub fn flush(&mut self) -> Result<Option<LogOffset>> {
         let committed = self.write_unsynced(false)?;
@@ -210,6 +210,9 @@ impl Writer {
             .into_iter()
             .map(|(file, path)| PendingSync::File(file, Cow::Borrowed(path)))
             .collect();
+        if self.dir_dirty {
+            syncs.push(PendingSync::Dir(&self.dir));
+        }
         if self.created_unsynced {
             let lock = self
                 .lock
@@ -219,11 +222,6 @@ impl Writer {
                 lock,
                 Cow::Owned(self.dir.join(META_FILE)),
             ));
-        }
-        if self.dir_dirty {
-            syncs.push(PendingSync::Dir(&self.dir));
-        }
-        if self.created_unsynced {
             let root = self
                 .dir
                 .parent()
