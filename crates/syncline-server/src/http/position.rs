@@ -11,7 +11,11 @@ use crate::shapes::Shape;
 
 /// Where in the log to read after a client's `offset`: `None` when the offset names nothing
 /// this shape has (a snapshot chunk not written yet or past the snapshot, or a position past
-/// everything seen), `last_seen_lsn` being the last commit the server processed.
+/// everything seen), `last_seen_lsn` being the last commit the server processed. Only a
+/// snapshot chunk's offset reads the log's files: the index, a `stat` and at most one read
+/// from the page cache, done on the calling thread (as a woken request's read is: handing
+/// the runtime's thread over would cost more when thousands of clients sync at once). Any
+/// other offset is located in memory.
 pub fn locate(
     shape: &Shape,
     offset: LogOffset,

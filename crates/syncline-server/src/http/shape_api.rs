@@ -460,6 +460,16 @@ async fn subquery_tables(
     Ok(tables)
 }
 
+/// Whether reading from `from` can find nothing past what the shape's state `st` says is
+/// durable: its snapshot is complete and `from` is at or past the end.
+fn at_end(st: &ShapeState, from: Option<LogOffset>) -> bool {
+    let (Some(from), true) = (from, st.snapshot_done) else {
+        return false;
+    };
+    st.durable
+        .is_none_or(|durable| position::client_end(durable) <= position::client_end(from))
+}
+
 /// One request being answered from a shape: from its log, live or not (here), over SSE
 /// ([`super::sse`]) or as a subset snapshot ([`super::subset`]).
 pub(super) struct Serve<'a> {
@@ -549,9 +559,7 @@ impl Serve<'_> {
     /// Where in the log to read after the client's offset `o` (`None`: the shape has nothing
     /// there, yet or ever).
     fn locate(&self, o: LogOffset) -> syncline_storage::Result<Option<LogOffset>> {
-        tokio::task::block_in_place(|| {
-            position::locate(self.shape, o, self.state.progress.last_seen_lsn())
-        })
+        position::locate(self.shape, o, self.state.progress.last_seen_lsn())
     }
 
     /// The answer when the shape's log cannot be read: 409 when the shape went away meanwhile
@@ -585,8 +593,11 @@ impl Serve<'_> {
             // A request woken by new data reads what was just written, from the page cache, in
             // a few system calls: on the runtime's thread, and once for all the requests woken
             // with it. Handing the thread over (`block_in_place`) would cost more than the read
-            // when thousands wake together.
-            let read = if woken {
+            // when thousands wake together. A request at the log's end reads the same way: it
+            // finds nothing new, and thousands of live requests arriving together would
+            // otherwise each hand the thread over, the runtime starting a thread to take it
+            // (up to its 512 blocking threads, which then linger with their memory).
+            let read = if woken || at_end(&st, from) {
                 self.shape.read_after_wake(st.clone(), from)
             } else {
                 tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from)))
