@@ -558,20 +558,22 @@ struct ProcSample {
     peak_rss_bytes: u64,
     /// User plus system CPU time.
     cpu: Duration,
+    /// Threads of the process (`Threads`).
+    threads: u64,
 }
 
 impl ProcSample {
     /// Reads `/proc/<pid>/status` and `/proc/<pid>/stat`.
     fn read(pid: u32) -> Result<ProcSample, Error> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let kib = |field: &str| -> Result<u64, Error> {
+        let number = |field: &str| -> Result<u64, Error> {
             let line = status
                 .lines()
                 .find_map(|l| l.strip_prefix(field))
                 .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))?;
-            let kib: u64 = line.trim().trim_end_matches("kB").trim().parse()?;
-            Ok(kib * 1024)
+            Ok(line.trim().trim_end_matches("kB").trim().parse()?)
         };
+        let kib = |field: &str| -> Result<u64, Error> { Ok(number(field)? * 1024) };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         // Fields after the command name (which may hold spaces) start at the state, field 3;
         // utime and stime are fields 14 and 15.
@@ -588,6 +590,7 @@ impl ProcSample {
             rss_bytes: kib("VmRSS:")?,
             peak_rss_bytes: kib("VmHWM:")?,
             cpu: Duration::from_micros(ticks * 1_000_000 / per_second),
+            threads: number("Threads:")?,
         })
     }
 

@@ -69,10 +69,11 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
         let (latencies, errors) = live.answers(committed).await?;
         let rss_per_request = per(waiting.rss_bytes.saturating_sub(baseline.rss_bytes), n);
         eprintln!(
-            "waiting_clients {n} live requests: {rss_per_request} B RSS per request, parked {}, fds {:?} → {:?}, then answered p50 {} ms, p99 {} ms, {} errors",
+            "waiting_clients {n} live requests: {rss_per_request} B RSS per request, parked {}, fds {:?} → {:?}, {} threads, then answered p50 {} ms, p99 {} ms, {} errors",
             parked.map_or("unverified".to_owned(), |p| p.to_string()),
             baseline_fds,
             waiting_fds,
+            waiting.threads,
             latencies.percentile(50),
             latencies.percentile(99),
             errors.count
@@ -99,6 +100,7 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             "errors": errors.count,
             "error_messages": errors.first,
             "cpu_s_park": waiting.cpu_s_since(&baseline),
+            "server_threads_waiting": waiting.threads,
         }));
     }
     headline.insert("errors".into(), errors_total.into());
@@ -110,6 +112,7 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
             "long_poll_timeout_ms": LONG_POLL_TIMEOUT_MS,
             "rss_bytes_per_request": format!("(VmRSS with N live requests parked, each on its own keep-alive connection, counted by {PARKED_GAUGE}) - (VmRSS of the same process with the shape up to date and no live request), / N"),
             "rss_bytes_per_idle_connection": "measured first, on another fresh server: (VmRSS with N connections open that sent nothing, all accepted: N more descriptors) - (VmRSS before), / N; none for a server this run did not start",
+            "server_threads_waiting": "the server's threads (/proc/<pid>/status) with the N requests parked",
             "latency": "then one single-row INSERT: from its acknowledged commit until each client has read the answer holding it",
         }),
         results,
