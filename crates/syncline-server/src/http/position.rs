@@ -7,7 +7,7 @@
 use syncline_core::LogOffset;
 use syncline_storage::ReadResult;
 
-use crate::shapes::Shape;
+use crate::shapes::{Shape, ShapeState};
 
 /// Where in the log to read after a client's `offset`: `None` when the offset names nothing
 /// this shape has (a snapshot chunk not written yet or past the snapshot, or a position past
@@ -39,6 +39,16 @@ pub fn locate(
     }
     let end = st.durable.map_or(0, |d| d.tx).max(last_seen_lsn);
     Ok((!st.snapshot_done || offset.tx <= end).then_some(offset))
+}
+
+/// Whether reading from `from` can find nothing past what the shape's state `st` says is
+/// durable: its snapshot is complete and `from` is at or past the end.
+pub fn at_end(st: &ShapeState, from: Option<LogOffset>) -> bool {
+    let (Some(from), true) = (from, st.snapshot_done) else {
+        return false;
+    };
+    st.durable
+        .is_none_or(|durable| client_end(durable) <= client_end(from))
 }
 
 /// Whether a read returned (part of) the snapshot.

@@ -460,16 +460,6 @@ async fn subquery_tables(
     Ok(tables)
 }
 
-/// Whether reading from `from` can find nothing past what the shape's state `st` says is
-/// durable: its snapshot is complete and `from` is at or past the end.
-fn at_end(st: &ShapeState, from: Option<LogOffset>) -> bool {
-    let (Some(from), true) = (from, st.snapshot_done) else {
-        return false;
-    };
-    st.durable
-        .is_none_or(|durable| position::client_end(durable) <= position::client_end(from))
-}
-
 /// One request being answered from a shape: from its log, live or not (here), over SSE
 /// ([`super::sse`]) or as a subset snapshot ([`super::subset`]).
 pub(super) struct Serve<'a> {
@@ -597,8 +587,8 @@ impl Serve<'_> {
             // finds nothing new, and thousands of live requests arriving together would
             // otherwise each hand the thread over, the runtime starting a thread to take it
             // (up to its 512 blocking threads, which then linger with their memory).
-            let read = if woken || at_end(&st, from) {
-                self.shape.read_after_wake(st.clone(), from)
+            let read = if woken || position::at_end(&st, from) {
+                self.shape.read_shared(st.clone(), from)
             } else {
                 tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from)))
             };

@@ -38,8 +38,9 @@ pub struct Shape {
     logs: Arc<Logs>,
     state: StateCell,
     readers: Mutex<Vec<Reader>>,
-    /// The read that requests woken together share, by the state they saw and their offset.
-    woken_read: SharedRead<(ShapeState, Option<LogOffset>)>,
+    /// The read that requests woken together, or arriving at the log's end, share, by the
+    /// state they saw and their offset.
+    shared_read: SharedRead<(ShapeState, Option<LogOffset>)>,
     last_used_ms: AtomicU64,
     /// The log's last flush left durable bytes unwritten, so readers do not see them yet
     /// ([`syncline_storage::Writer::set_deferring`]); set and cleared under the writer's lock.
@@ -66,7 +67,7 @@ impl Shape {
             logs,
             state: StateCell::new(state),
             readers: Mutex::new(Vec::new()),
-            woken_read: SharedRead::default(),
+            shared_read: SharedRead::default(),
             last_used_ms: AtomicU64::new(now_ms()),
             deferred: AtomicBool::new(false),
         }
@@ -231,14 +232,15 @@ impl Shape {
         self.state.watchers() > 0
     }
 
-    /// Reads the log from `from` for a request that a change woke, which then saw the shape's
-    /// state `seen`: requests woken together share one read (see [`SharedRead`]).
-    pub fn read_after_wake(
+    /// Reads the log from `from` for a request that saw the shape's state `seen` (one that a
+    /// change woke, or one at the log's end): requests that saw the same state and read from
+    /// the same offset share one read (see [`SharedRead`]).
+    pub fn read_shared(
         &self,
         seen: ShapeState,
         from: Option<LogOffset>,
     ) -> syncline_storage::Result<syncline_storage::ReadResult> {
-        self.woken_read
+        self.shared_read
             .read((seen, from), || self.with_reader(|r| r.read(from)))
     }
 
@@ -250,7 +252,7 @@ impl Shape {
         if self.last_used() >= since_ms {
             return false;
         }
-        self.woken_read.clear();
+        self.shared_read.clear();
         let mut idle = self.readers.lock().expect("readers lock");
         let had = idle.capacity() > 0;
         *idle = Vec::new();

@@ -1,5 +1,6 @@
-//! One read of a shape's log shared by the long-polls that new data woke together: a write
-//! that reaches a shape with thousands of waiting clients costs one read, not thousands.
+//! One read of a shape's log shared by the long-polls that new data woke together, or that
+//! arrive together at the log's end: a write that reaches a shape with thousands of waiting
+//! clients costs one read, not thousands.
 
 use std::fs::File;
 use std::sync::{Mutex, Weak};
