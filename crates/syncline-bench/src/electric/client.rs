@@ -1,6 +1,8 @@
 //! A client of Electric's HTTP shape protocol for load generation: one shape, followed over
 //! keep-alive HTTP from `offset=-1` through `electric-handle` and `electric-offset`, then
-//! live (`live=true` with the last `electric-cursor`) once `electric-up-to-date` was seen.
+//! live (`live=true` with the last `electric-cursor`) once `electric-up-to-date` was seen:
+//! long-polls, or one server-sent-events stream ([`LiveMode::Sse`], `live_sse=true`) read
+//! batch by batch, each ending with an `up-to-date` event.
 //!
 //! It only needs a base URL, so it drives any server that speaks the protocol. Many clients
 //! share one [`reqwest::Client`] (one connection pool) on one tokio runtime. By default a
@@ -11,6 +13,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use reqwest::header::ACCEPT;
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
 
@@ -23,6 +26,33 @@ pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 const OPERATION_KEY: &[u8] = b"\"operation\":";
 /// How long to wait before retrying a 503 or 429 that gives no `retry-after`.
 const RETRY_AFTER_DEFAULT: Duration = Duration::from_secs(1);
+/// What ends one server-sent event.
+const SSE_EVENT_END: &[u8] = b"\n\n";
+/// The start of an event's data line.
+const SSE_DATA: &[u8] = b"data: ";
+/// The key of an `up-to-date` control message's LSN, with its opening quote.
+const LAST_SEEN_LSN_KEY: &[u8] = b"\"global_last_seen_lsn\":\"";
+
+/// How a client's live requests wait for changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum LiveMode {
+    /// One long-poll per answer (`live=true`).
+    #[default]
+    LongPoll,
+    /// One response that stays open and sends each batch as server-sent events
+    /// (`live=true&live_sse=true`), opened again when the server closes it.
+    Sse,
+}
+
+impl LiveMode {
+    /// The mode's name in the scenarios' JSON.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LiveMode::LongPoll => "long-poll",
+            LiveMode::Sse => "sse",
+        }
+    }
+}
 
 /// Counts of what one client did.
 #[derive(Clone, Copy, Default, Debug)]
@@ -52,6 +82,10 @@ pub(crate) struct ShapeClient {
     cursor: Option<String>,
     /// Whether the shape was up to date once, so that requests are live.
     live: bool,
+    /// How live requests wait.
+    mode: LiveMode,
+    /// The open SSE response, in [`LiveMode::Sse`] once live.
+    sse: Option<SseStream>,
     /// The shape's rows by key, when the client applies what it receives.
     rows: Option<HashMap<String, Value>>,
     /// What the client did.
@@ -71,11 +105,13 @@ pub(crate) struct Answer {
 
 impl ShapeClient {
     /// A client for the shape `params` (`table`, `where`, …) of the server at `base_url`
-    /// (e.g. `http://127.0.0.1:3000`), through `http`; with `apply` it keeps the rows.
+    /// (e.g. `http://127.0.0.1:3000`), through `http`, waiting live by `mode`; with `apply` it
+    /// keeps the rows.
     pub(crate) fn new(
         http: reqwest::Client,
         base_url: &str,
         params: &[(&str, &str)],
+        mode: LiveMode,
         apply: bool,
     ) -> Result<ShapeClient, Error> {
         let mut shape_url = Url::parse(base_url)?.join("v1/shape")?;
@@ -87,6 +123,8 @@ impl ShapeClient {
             offset: "-1".into(),
             cursor: None,
             live: false,
+            mode,
+            sse: None,
             rows: apply.then(HashMap::new),
             stats: Stats::default(),
         })
@@ -144,100 +182,194 @@ impl ShapeClient {
         }
     }
 
-    /// Sends one request from where the client is and takes in its answer.
+    /// Takes in one answer from where the client is: the next response, or in
+    /// [`LiveMode::Sse`] once live the next batch of events.
     pub(crate) async fn request(&mut self) -> Result<Answer, Error> {
         loop {
-            let mut url = self.shape_url.clone();
-            {
-                let mut query = url.query_pairs_mut();
-                query.append_pair("offset", &self.offset);
-                if let Some(handle) = &self.handle {
-                    query.append_pair("handle", handle);
-                }
-                if self.live {
-                    query.append_pair("live", "true");
-                    if let Some(cursor) = &self.cursor {
-                        query.append_pair("cursor", cursor);
-                    }
-                }
+            let answer = if self.live && self.mode == LiveMode::Sse {
+                self.sse_batch().await?
+            } else {
+                self.poll().await?
+            };
+            if let Some(answer) = answer {
+                return Ok(answer);
             }
+        }
+    }
+
+    /// The shape's URL at the client's position; `sse` asks for a server-sent-events stream.
+    fn url(&self, sse: bool) -> Url {
+        let mut url = self.shape_url.clone();
+        let mut query = url.query_pairs_mut();
+        query.append_pair("offset", &self.offset);
+        if let Some(handle) = &self.handle {
+            query.append_pair("handle", handle);
+        }
+        if self.live {
+            query.append_pair("live", "true");
+            if sse {
+                query.append_pair("live_sse", "true");
+            }
+            if let Some(cursor) = &self.cursor {
+                query.append_pair("cursor", cursor);
+            }
+        }
+        drop(query);
+        url
+    }
+
+    /// Sends one request (a long-poll once live) and takes in its answer; `None` when it must
+    /// be sent again (after a 409, a `must-refetch`, a 503 or 429).
+    async fn poll(&mut self) -> Result<Option<Answer>, Error> {
+        let url = self.url(false);
+        self.stats.requests += 1;
+        let response = self.http.get(url.clone()).send().await?;
+        let status = response.status();
+        let head = Head::of(&response);
+        let body = response.bytes().await?;
+        let at = Instant::now();
+        match status {
+            StatusCode::OK => {}
+            StatusCode::NO_CONTENT => {
+                return Ok(Some(Answer {
+                    at,
+                    changes: 0,
+                    up_to_date: true,
+                }))
+            }
+            _ => return self.not_ok(&url, status, head, &body).await,
+        }
+        let (Some(handle), Some(offset)) = (head.handle, head.offset) else {
+            return Err(format!("GET {url}: no electric-handle or electric-offset").into());
+        };
+        let changes = match &mut self.rows {
+            Some(rows) => match apply(rows, &body)? {
+                Applied::Changes(n) => n,
+                Applied::MustRefetch => {
+                    self.refetch(Some(handle));
+                    return Ok(None);
+                }
+            },
+            None => u64::try_from(memchr::memmem::find_iter(&body, OPERATION_KEY).count())?,
+        };
+        self.stats.changes += changes;
+        self.handle = Some(handle);
+        self.offset = offset;
+        if head.cursor.is_some() {
+            self.cursor = head.cursor;
+        }
+        self.live |= head.up_to_date;
+        Ok(Some(Answer {
+            at,
+            changes,
+            up_to_date: head.up_to_date,
+        }))
+    }
+
+    /// A response other than 200 or 204: after a 409 the shape is read again, after a 503
+    /// or 429 the request waits its `retry-after` (`None`: send it again); anything else is
+    /// an error.
+    async fn not_ok(
+        &mut self,
+        url: &Url,
+        status: StatusCode,
+        head: Head,
+        body: &[u8],
+    ) -> Result<Option<Answer>, Error> {
+        match status {
+            StatusCode::CONFLICT => {
+                self.refetch(head.handle);
+                Ok(None)
+            }
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+                self.stats.unavailable += 1;
+                let wait = head
+                    .retry_after
+                    .and_then(|s| s.parse().ok())
+                    .map_or(RETRY_AFTER_DEFAULT, Duration::from_secs);
+                tokio::time::sleep(wait).await;
+                Ok(None)
+            }
+            _ => Err(format!("GET {url}: {status} {}", String::from_utf8_lossy(body)).into()),
+        }
+    }
+
+    /// Reads the next batch of the SSE stream, through its `up-to-date` event, opening the
+    /// stream first if none is open; `None` when it must be tried again (the stream could
+    /// not be opened, or the server closed it before the batch was whole: it is opened
+    /// again from the last `up-to-date`, which sends the batch again).
+    ///
+    /// As Electric's client does, the offset after an `up-to-date` event is
+    /// `<global_last_seen_lsn>_0`.
+    async fn sse_batch(&mut self) -> Result<Option<Answer>, Error> {
+        if self.sse.is_none() {
+            let url = self.url(true);
             self.stats.requests += 1;
-            let response = self.http.get(url.clone()).send().await?;
+            let response = self
+                .http
+                .get(url.clone())
+                .header(ACCEPT, "text/event-stream")
+                .send()
+                .await?;
             let status = response.status();
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
-            let (handle, offset, cursor) = (
-                header("electric-handle"),
-                header("electric-offset"),
-                header("electric-cursor"),
-            );
-            let retry_after = header("retry-after");
-            let up_to_date_header = response.headers().contains_key("electric-up-to-date");
-            let body = response.bytes().await?;
-            let at = Instant::now();
-            match status {
-                StatusCode::OK => {}
-                StatusCode::NO_CONTENT => {
-                    return Ok(Answer {
-                        at,
-                        changes: 0,
-                        up_to_date: true,
-                    })
-                }
-                StatusCode::CONFLICT => {
-                    self.refetch(handle);
-                    continue;
-                }
-                StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
-                    self.stats.unavailable += 1;
-                    let wait = retry_after
-                        .and_then(|s| s.parse().ok())
-                        .map_or(RETRY_AFTER_DEFAULT, Duration::from_secs);
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                _ => {
-                    return Err(
-                        format!("GET {url}: {status} {}", String::from_utf8_lossy(&body)).into(),
-                    )
-                }
+            let head = Head::of(&response);
+            if status != StatusCode::OK {
+                let body = response.bytes().await?;
+                return self.not_ok(&url, status, head, &body).await;
             }
-            let (Some(handle), Some(offset)) = (handle, offset) else {
-                return Err(format!("GET {url}: no electric-handle or electric-offset").into());
+            let Some(handle) = head.handle else {
+                return Err(format!("GET {url}: no electric-handle").into());
             };
-            let changes = match &mut self.rows {
-                Some(rows) => match apply(rows, &body)? {
-                    Applied::Changes(n) => n,
-                    Applied::MustRefetch => {
-                        self.refetch(Some(handle));
+            self.handle = Some(handle);
+            if head.cursor.is_some() {
+                self.cursor = head.cursor;
+            }
+            self.sse = Some(SseStream {
+                response,
+                pending: Vec::new(),
+            });
+        }
+        let stream = self.sse.as_mut().expect("opened above");
+        let mut changes = 0;
+        loop {
+            while let Some(end) = memchr::memmem::find(&stream.pending, SSE_EVENT_END) {
+                let event: Vec<u8> = stream.pending.drain(..end + SSE_EVENT_END.len()).collect();
+                for data in event
+                    .split(|&b| b == b'\n')
+                    .filter_map(|line| line.strip_prefix(SSE_DATA))
+                {
+                    if let Some(lsn) = last_seen_lsn(data) {
+                        self.stats.changes += changes;
+                        self.offset = format!("{lsn}_0");
+                        return Ok(Some(Answer {
+                            at: Instant::now(),
+                            changes,
+                            up_to_date: true,
+                        }));
+                    }
+                    if memchr::memmem::find(data, OPERATION_KEY).is_none() {
                         continue;
                     }
-                },
-                None => u64::try_from(memchr::memmem::find_iter(&body, OPERATION_KEY).count())?,
-            };
-            self.stats.changes += changes;
-            self.handle = Some(handle);
-            self.offset = offset;
-            if cursor.is_some() {
-                self.cursor = cursor;
+                    changes += 1;
+                    if let Some(rows) = &mut self.rows {
+                        apply_message(rows, serde_json::from_slice(data)?)?;
+                    }
+                }
             }
-            self.live |= up_to_date_header;
-            return Ok(Answer {
-                at,
-                changes,
-                up_to_date: up_to_date_header,
-            });
+            match stream.response.chunk().await? {
+                Some(bytes) => stream.pending.extend_from_slice(&bytes),
+                None => {
+                    self.sse = None;
+                    return Ok(None);
+                }
+            }
         }
     }
 
     /// Starts the shape again from `offset=-1`, under `handle` if the server named one.
     fn refetch(&mut self, handle: Option<String>) {
         self.stats.refetches += 1;
+        self.sse = None;
         self.handle = handle;
         self.offset = "-1".into();
         self.cursor = None;
@@ -256,42 +388,94 @@ enum Applied {
     MustRefetch,
 }
 
-/// Applies the messages of `body` (a JSON array) to `rows`: inserts and updates (merged into
-/// the row, as updates may carry only changed columns) by key, deletes remove.
+/// An open SSE response and what has arrived of its next events.
+struct SseStream {
+    /// The response, read chunk by chunk.
+    response: reqwest::Response,
+    /// Bytes received of events not yet whole.
+    pending: Vec<u8>,
+}
+
+/// The headers of a response that the client uses.
+struct Head {
+    /// `electric-handle`.
+    handle: Option<String>,
+    /// `electric-offset`.
+    offset: Option<String>,
+    /// `electric-cursor`.
+    cursor: Option<String>,
+    /// `retry-after`.
+    retry_after: Option<String>,
+    /// Whether `electric-up-to-date` is present.
+    up_to_date: bool,
+}
+
+impl Head {
+    /// The headers of `response`.
+    fn of(response: &reqwest::Response) -> Head {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        Head {
+            handle: header("electric-handle"),
+            offset: header("electric-offset"),
+            cursor: header("electric-cursor"),
+            retry_after: header("retry-after"),
+            up_to_date: response.headers().contains_key("electric-up-to-date"),
+        }
+    }
+}
+
+/// The `global_last_seen_lsn` of an `up-to-date` control message (one SSE event's data).
+fn last_seen_lsn(data: &[u8]) -> Option<&str> {
+    let at = memchr::memmem::find(data, LAST_SEEN_LSN_KEY)? + LAST_SEEN_LSN_KEY.len();
+    let len = data[at..].iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&data[at..at + len]).ok()
+}
+
+/// Applies the messages of `body` (a JSON array) to `rows` (see [`apply_message`]).
 fn apply(rows: &mut HashMap<String, Value>, body: &[u8]) -> Result<Applied, Error> {
     let messages: Vec<Value> = serde_json::from_slice(body)?;
     let mut changes = 0;
     for message in messages {
-        let headers = &message["headers"];
-        if headers["control"] == "must-refetch" {
+        if message["headers"]["control"] == "must-refetch" {
             return Ok(Applied::MustRefetch);
         }
-        let Some(operation) = headers["operation"].as_str() else {
-            continue;
-        };
-        let key = message["key"]
-            .as_str()
-            .ok_or("a change message without a key")?
-            .to_owned();
-        changes += 1;
-        match operation {
-            "insert" => {
-                rows.insert(key, message["value"].clone());
-            }
-            "update" => {
-                let row = rows
-                    .entry(key)
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let (Some(row), Some(new)) = (row.as_object_mut(), message["value"].as_object())
-                {
-                    row.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-            }
-            "delete" => {
-                rows.remove(&key);
-            }
-            other => return Err(format!("unknown operation {other:?}").into()),
-        }
+        changes += u64::from(apply_message(rows, message)?);
     }
     Ok(Applied::Changes(changes))
+}
+
+/// Applies one message to `rows`: inserts and updates (merged into the row, as updates may
+/// carry only changed columns) by key, deletes remove; returns whether it was a change.
+fn apply_message(rows: &mut HashMap<String, Value>, message: Value) -> Result<bool, Error> {
+    let Some(operation) = message["headers"]["operation"].as_str() else {
+        return Ok(false);
+    };
+    let key = message["key"]
+        .as_str()
+        .ok_or("a change message without a key")?
+        .to_owned();
+    match operation {
+        "insert" => {
+            rows.insert(key, message["value"].clone());
+        }
+        "update" => {
+            let row = rows
+                .entry(key)
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let (Some(row), Some(new)) = (row.as_object_mut(), message["value"].as_object()) {
+                row.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        "delete" => {
+            rows.remove(&key);
+        }
+        other => return Err(format!("unknown operation {other:?}").into()),
+    }
+    Ok(true)
 }

@@ -41,7 +41,7 @@ use tokio::task::JoinSet;
 
 use crate::e2e::{build_server, workspace_dir, ServerProcess};
 use crate::readonly::{raise_open_files_limit, sql};
-use client::{Error, ShapeClient};
+use client::{Error, LiveMode, ShapeClient};
 
 /// Rows in `users` before any write.
 const ROWS: u64 = 500;
@@ -112,6 +112,18 @@ impl Name {
         }
     }
 
+    /// Whether the scenario's clients wait live for changes through [`users_client`]
+    /// (`--sse` applies to them).
+    fn has_live_clients(self) -> bool {
+        matches!(
+            self,
+            Name::WriteFanout
+                | Name::DiverseShapeFanout
+                | Name::ManyShapesOneClient
+                | Name::UnrelatedShapes
+        )
+    }
+
     /// Whether the scenario needs servers this run starts (it cannot use `--url`).
     fn needs_own_server(self) -> bool {
         matches!(
@@ -166,6 +178,12 @@ pub(crate) struct Args {
     /// Rows per transaction of those loads.
     #[arg(long, default_value_t = 1)]
     replication_txn_rows: u64,
+    /// Live clients read server-sent events (`live_sse=true`, one response kept open) instead
+    /// of long-polls. Only for the scenarios with live clients (`write-fanout`,
+    /// `diverse-shape-fanout`, `many-shapes-one-client`, `unrelated-shapes`; `all` runs those
+    /// four); their results go to `electric-<name>-sse.json`.
+    #[arg(long)]
+    sse: bool,
     /// Drive this running server (Syncline or Electric, e.g. `http://127.0.0.1:3000`) instead
     /// of starting one per point.
     #[arg(long, requires = "database_url")]
@@ -234,6 +252,11 @@ pub(crate) fn run(mut args: Args) -> Result<Vec<(String, Value)>, Box<dyn std::e
     } else {
         vec![args.name]
     };
+    let names: Vec<Name> = if args.sse && args.name == Name::All {
+        names.into_iter().filter(|n| n.has_live_clients()).collect()
+    } else {
+        names
+    };
     let results = crate::run_on_workers(async move {
         run_scenarios(&args, &names)
             .await
@@ -261,6 +284,17 @@ async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
             eprintln!("skipping: {why}");
             continue;
         }
+        bench.live = match (args.sse, name.has_live_clients()) {
+            (true, true) => LiveMode::Sse,
+            (true, false) => {
+                return Err(format!(
+                    "electric {} has no live clients for --sse",
+                    name.file_name()
+                )
+                .into())
+            }
+            (false, _) => LiveMode::LongPoll,
+        };
         eprintln!("electric {}…", name.file_name());
         let mut result = match name {
             Name::WriteFanout => write_fanout(&mut bench, &args.clients).await?,
@@ -308,7 +342,14 @@ async fn run_scenarios(args: &Args, names: &[Name]) -> Result<Value, Error> {
         if !bench.samples_process() {
             without_process_figures(&mut result);
         }
-        results.insert(format!("electric-{}", name.file_name()), result);
+        if name.has_live_clients() {
+            result["parameters"]["live"] = bench.live.name().into();
+        }
+        let file = match bench.live {
+            LiveMode::LongPoll => format!("electric-{}", name.file_name()),
+            LiveMode::Sse => format!("electric-{}-sse", name.file_name()),
+        };
+        results.insert(file, result);
     }
     Ok(Value::Object(results))
 }
@@ -339,6 +380,8 @@ struct Bench {
     db: tokio_postgres::Client,
     /// Points started so far (each own server gets its own replication stream).
     servers: u64,
+    /// How the scenarios' live clients wait.
+    live: LiveMode,
     /// Servers of finished points, stopped, their storage kept until the run ends: on ext4
     /// without a journal, every file created within minutes of a mass deletion first scans
     /// the inodes just freed (`recently_deleted`), so deleting one point's files would slow
@@ -359,6 +402,8 @@ struct Server {
     /// For an external server, the point's number: [`users_client`] adds it to every where
     /// clause, so that a point never finds the shapes of an earlier one on the same server.
     point: Option<u64>,
+    /// How the point's live clients wait.
+    live: LiveMode,
 }
 
 impl Bench {
@@ -401,6 +446,7 @@ impl Bench {
             target,
             db,
             servers: 0,
+            live: LiveMode::LongPoll,
             stopped: Vec::new(),
         })
     }
@@ -471,6 +517,7 @@ impl Bench {
             pid,
             idle,
             point,
+            live: self.live,
         })
     }
 
@@ -707,7 +754,7 @@ fn users_client(
     if let Some(w) = &where_clause {
         params.push(("where", w));
     }
-    ShapeClient::new(http.clone(), server.url(), &params, apply)
+    ShapeClient::new(http.clone(), server.url(), &params, server.live, apply)
 }
 
 /// Milliseconds from `from` to `to` (zero if `to` is earlier).
@@ -855,6 +902,7 @@ async fn write_fanout(bench: &mut Bench, points: &[usize]) -> Result<Value, Erro
             "rss_bytes_per_waiting_client": per(before.rss_bytes.saturating_sub(server.idle.rss_bytes), clients),
             "cpu_s_sync": before.cpu_s_since(&server.idle),
             "cpu_s_write": after.cpu_s_since(&before),
+            "server_threads_after_write": after.threads,
         }));
         drop(http);
         bench.finish(server).await?;
@@ -867,6 +915,7 @@ async fn write_fanout(bench: &mut Bench, points: &[usize]) -> Result<Value, Erro
             "txn_rows": FANOUT_TXN_ROWS,
             "clients": points,
             "latency": "from the acknowledged commit of the 50-row INSERT until the client has read the whole answer that completes it (electric-up-to-date)",
+            "server_threads_after_write": "the server's threads (/proc/<pid>/status) once every client has the write",
         }),
         results,
     ))

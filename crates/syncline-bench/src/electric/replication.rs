@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::client::{Error, ShapeClient};
+use super::client::{Error, LiveMode, ShapeClient};
 use super::server_metrics::metric;
 use super::{pool, round3, scenario_json, sync_all, without_users_rows, Bench, Server, Target};
 use crate::readonly::sql;
@@ -289,6 +289,7 @@ async fn point(bench: &mut Bench, form: Form, shapes: usize, load: Load) -> Resu
                 http.clone(),
                 server.url(),
                 &[("table", TABLE), ("where", &form.where_clause(k))],
+                LiveMode::LongPoll,
                 false,
             )
         }),

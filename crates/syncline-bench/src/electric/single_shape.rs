@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
-use super::client::{Error, ShapeClient};
+use super::client::{Error, LiveMode, ShapeClient};
 use super::{ms_since, per, pool, round3, scenario_json, without_users_rows, Bench};
 use crate::readonly::sql;
 
@@ -41,7 +41,13 @@ pub(super) async fn single_shape(bench: &mut Bench, points: &[u64]) -> Result<Va
         let filled = filled.elapsed();
         let server = bench.server().await?;
         let http = pool()?;
-        let mut client = ShapeClient::new(http, server.url(), &[("table", TABLE)], false)?;
+        let mut client = ShapeClient::new(
+            http,
+            server.url(),
+            &[("table", TABLE)],
+            LiveMode::LongPoll,
+            false,
+        )?;
         let start = Instant::now();
         let first = client.request().await?;
         let answer = if first.up_to_date {
