@@ -11,8 +11,10 @@
 //! `apply` it parses every body and keeps the shape's rows by key.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use memchr::memmem::Finder;
 use reqwest::header::ACCEPT;
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
@@ -32,6 +34,10 @@ const SSE_EVENT_END: &[u8] = b"\n\n";
 const SSE_DATA: &[u8] = b"data: ";
 /// The key of an `up-to-date` control message's LSN, with its opening quote.
 const LAST_SEEN_LSN_KEY: &[u8] = b"\"global_last_seen_lsn\":\"";
+/// Searchers for those, built once.
+static OPERATION: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(OPERATION_KEY));
+static EVENT_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(SSE_EVENT_END));
+static LAST_SEEN_LSN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(LAST_SEEN_LSN_KEY));
 
 /// How a client's live requests wait for changes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -250,7 +256,7 @@ impl ShapeClient {
                     return Ok(None);
                 }
             },
-            None => u64::try_from(memchr::memmem::find_iter(&body, OPERATION_KEY).count())?,
+            None => u64::try_from(OPERATION.find_iter(&body).count())?,
         };
         self.stats.changes += changes;
         self.handle = Some(handle);
@@ -332,22 +338,25 @@ impl ShapeClient {
         let stream = self.sse.as_mut().expect("opened above");
         let mut changes = 0;
         loop {
-            while let Some(end) = memchr::memmem::find(&stream.pending, SSE_EVENT_END) {
-                let event: Vec<u8> = stream.pending.drain(..end + SSE_EVENT_END.len()).collect();
+            let mut parsed = 0;
+            while let Some(len) = EVENT_END.find(&stream.pending[parsed..]) {
+                let event = &stream.pending[parsed..parsed + len];
+                parsed += len + SSE_EVENT_END.len();
                 for data in event
                     .split(|&b| b == b'\n')
                     .filter_map(|line| line.strip_prefix(SSE_DATA))
                 {
                     if let Some(lsn) = last_seen_lsn(data) {
-                        self.stats.changes += changes;
                         self.offset = format!("{lsn}_0");
+                        stream.pending.drain(..parsed);
+                        self.stats.changes += changes;
                         return Ok(Some(Answer {
                             at: Instant::now(),
                             changes,
                             up_to_date: true,
                         }));
                     }
-                    if memchr::memmem::find(data, OPERATION_KEY).is_none() {
+                    if OPERATION.find(data).is_none() {
                         continue;
                     }
                     changes += 1;
@@ -356,6 +365,7 @@ impl ShapeClient {
                     }
                 }
             }
+            stream.pending.drain(..parsed);
             match stream.response.chunk().await? {
                 Some(bytes) => stream.pending.extend_from_slice(&bytes),
                 None => {
@@ -432,7 +442,7 @@ impl Head {
 
 /// The `global_last_seen_lsn` of an `up-to-date` control message (one SSE event's data).
 fn last_seen_lsn(data: &[u8]) -> Option<&str> {
-    let at = memchr::memmem::find(data, LAST_SEEN_LSN_KEY)? + LAST_SEEN_LSN_KEY.len();
+    let at = LAST_SEEN_LSN.find(data)? + LAST_SEEN_LSN_KEY.len();
     let len = data[at..].iter().position(|&b| b == b'"')?;
     std::str::from_utf8(&data[at..at + len]).ok()
 }

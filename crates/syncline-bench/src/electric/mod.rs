@@ -765,8 +765,9 @@ fn ms_since(from: Instant, to: Instant) -> f64 {
 /// Live clients that have been synced and are waiting for changes; [`LiveClients::answers`]
 /// times their answers to a commit.
 struct LiveClients {
-    /// Each client's task: its answer once it has the changes.
-    tasks: JoinSet<Result<client::Answer, Error>>,
+    /// Each client's task: its answer once it has the changes, and the client (its
+    /// connection stays open until every client has answered, as a live client's would).
+    tasks: JoinSet<Result<(client::Answer, ShapeClient), Error>>,
     /// Clients that sent their first live request or failed to sync.
     ready: Arc<AtomicUsize>,
     /// Clients started.
@@ -787,13 +788,14 @@ impl LiveClients {
                     return Err(e);
                 }
                 let mut first = true;
-                client
+                let answer = client
                     .wait_changes(changes, || {
                         if std::mem::take(&mut first) {
                             ready.fetch_add(1, Ordering::Relaxed);
                         }
                     })
-                    .await
+                    .await?;
+                Ok((answer, client))
             });
         }
         LiveClients {
@@ -850,12 +852,19 @@ impl LiveClients {
     async fn answers(mut self, committed: Instant) -> Result<(Latencies, Errors), Error> {
         let mut ms = Vec::with_capacity(self.clients);
         let mut errors = Errors::default();
+        let mut answered = Vec::with_capacity(self.clients);
         while let Some(joined) = self.tasks.join_next().await {
             match joined? {
-                Ok(answer) => ms.push(ms_since(committed, answer.at)),
+                Ok((answer, client)) => {
+                    ms.push(ms_since(committed, answer.at));
+                    answered.push(client);
+                }
                 Err(e) => errors.push(e),
             }
         }
+        // Their connections close now, not while others still wait for their answer (an SSE
+        // stream cannot go back to the pool).
+        drop(answered);
         Ok((Latencies::new(ms), errors))
     }
 }
