@@ -438,6 +438,56 @@ async fn sse_streams_batches_until_the_shape_goes() {
     assert_eq!(after.status, 409);
 }
 
+/// The threads of this process (the test and the server in it), from `/proc`.
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Hundreds of SSE streams on one shape, started at the log's end and woken by one write
+/// together, each get the write, and none hands its thread over to read: the runtime starts
+/// no thread per stream (it did, up to its 512 blocking threads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_woken_together_do_not_start_a_thread_each() {
+    const STREAMS: usize = 300;
+    let f = fixture(ITEMS).await;
+    let (handle, offset, _) = f.sync("table=items").await;
+    let url = format!(
+        "http://{}/v1/shape?table=items&offset={offset}&handle={handle}&live=true&live_sse=true",
+        f.server.addr
+    );
+    let before = threads();
+    let mut streams = futures_util::future::join_all((0..STREAMS).map(|_| {
+        f.http
+            .get(&url)
+            .header("accept", "text/event-stream")
+            .send()
+    }))
+    .await;
+    for stream in &streams {
+        assert_eq!(stream.as_ref().unwrap().status(), 200);
+    }
+    f.db.batch_execute("INSERT INTO items VALUES (5, 'five', true, 5)")
+        .await
+        .unwrap();
+    let batches = futures_util::future::join_all(streams.iter_mut().map(|stream| {
+        read_events(stream.as_mut().unwrap(), |e| {
+            e.iter().any(|m| m["headers"]["control"] == "up-to-date")
+        })
+    }))
+    .await;
+    for events in &batches {
+        let keys: Vec<&str> = events.iter().filter_map(|m| m["key"].as_str()).collect();
+        assert_eq!(keys, [r#""public"."items"/"5""#]);
+    }
+    let after = threads();
+    assert!(
+        after < before + 50,
+        "{after} threads with {STREAMS} streams woken, {before} before they started"
+    );
+}
+
 /// A shape deleted while its SSE streams are reading its log ends every stream as a shape
 /// that is gone does (cleanly; the reconnect gets 409), never with a broken response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

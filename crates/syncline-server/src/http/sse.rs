@@ -25,9 +25,10 @@ use tokio::time::Instant;
 
 use super::body::range_bytes;
 use super::caching::{self, ResponseFacts};
+use super::position;
 use super::reply::{cache_config, header_value};
 use super::shape_api::Serve;
-use crate::shapes::Shape;
+use crate::shapes::{Shape, ShapeState};
 
 /// How often an idle stream sends a keep-alive comment (Electric: 21 s).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(21);
@@ -92,14 +93,32 @@ async fn stream(
 ) {
     let mut changes = shape.subscribe();
     let mut messages = Messages::new();
+    let mut woken = false;
+    // The state the last read was made at: it found everything durable then, so until the
+    // state changes another read would find nothing.
+    let mut read_at: Option<ShapeState> = None;
     loop {
         let st = changes.borrow_and_update();
         if st.gone || st.failed.is_some() {
             return;
         }
-        if st.snapshot_done {
-            match catch_up(&shape, &mut from, &mut messages) {
-                Ok(Some(events)) => {
+        if st.snapshot_done && read_at.as_ref() != Some(&st) {
+            read_at = Some(st.clone());
+            // A stream woken by new data reads what was just written, from the page cache:
+            // on the runtime's thread, and read and framed once for all the streams woken with
+            // it, as woken long-polls read (`Shape::read_shared`). A stream starting at the
+            // log's end reads the same way: it finds nothing new. Thousands of streams each
+            // handing the thread over would make the runtime start a thread for each. A
+            // stream starting behind the end hands the thread over for its first catch-up.
+            let batch = if woken || position::at_end(&st, Some(from)) {
+                shape.sse_batch_shared(st, from, || catch_up(&shape, from, &mut messages))
+            } else {
+                tokio::task::block_in_place(|| catch_up(&shape, from, &mut messages))
+                    .map(|batch| batch.map(|(events, end)| (Bytes::from(events), end)))
+            };
+            match batch {
+                Ok(Some((events, end))) => {
+                    from = end;
                     if batches.send(Ok(events)).await.is_err() {
                         return;
                     }
@@ -118,7 +137,7 @@ async fn stream(
         }
         let idle = Instant::now() + KEEP_ALIVE_INTERVAL;
         tokio::select! {
-            () = changes.changed() => {}
+            () = changes.changed() => woken = true,
             _ = tokio::time::sleep_until(idle.min(deadline)) => {
                 if Instant::now() >= deadline {
                     return;
@@ -134,23 +153,23 @@ async fn stream(
 }
 
 /// The events for everything readable after `from` up to the end of the durable log (one
-/// chunk at a time), closed with `up-to-date`; `None` when there is nothing new. Each message
-/// is framed where the log's records say it lies, without parsing it.
+/// chunk at a time), closed with `up-to-date`, and the offset they end at; `None` when there
+/// is nothing new. Each message is framed where the log's records say it lies, without
+/// parsing it. Reads on the calling thread.
 fn catch_up(
     shape: &Shape,
-    from: &mut LogOffset,
+    mut from: LogOffset,
     messages: &mut Messages,
-) -> io::Result<Option<Bytes>> {
+) -> io::Result<Option<(Vec<u8>, LogOffset)>> {
     let mut events = Vec::new();
     loop {
-        let read = tokio::task::block_in_place(|| {
-            shape.with_reader(|r| r.read_messages(Some(*from), messages))
-        })
-        .map_err(io::Error::other)?;
+        let read = shape
+            .with_reader(|r| r.read_messages(Some(from), messages))
+            .map_err(io::Error::other)?;
         let Some(range) = read.body.as_ref() else {
             break;
         };
-        let end = read.end_offset.unwrap_or(*from);
+        let end = read.end_offset.unwrap_or(from);
         let body = range_bytes(range)?;
         for span in messages.spans() {
             let stored = span.json(&body);
@@ -161,11 +180,11 @@ fn catch_up(
             );
             wire::write_sse_event(&mut events, &stored[1..]);
         }
-        *from = end;
+        from = end;
         if read.up_to_date {
             wire::write_sse_event(&mut events, &wire::up_to_date(end.tx));
             break;
         }
     }
-    Ok((!events.is_empty()).then(|| Bytes::from(events)))
+    Ok((!events.is_empty()).then_some((events, from)))
 }

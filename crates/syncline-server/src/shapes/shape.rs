@@ -11,7 +11,7 @@ use syncline_storage::Reader;
 use super::definition::ShapeDefinition;
 use super::handle;
 use super::logs::Logs;
-use super::shared_read::SharedRead;
+use super::shared_read::{SharedBatch, SharedRead};
 use super::state::{ShapeState, StateCell, StateWatch};
 use super::writer::SharedWriter;
 
@@ -41,6 +41,9 @@ pub struct Shape {
     /// The read that requests woken together, or arriving at the log's end, share, by the
     /// state they saw and their offset.
     shared_read: SharedRead<(ShapeState, Option<LogOffset>)>,
+    /// The batch of server-sent events that streams woken together share, by the state they
+    /// saw and their offset.
+    shared_batch: SharedBatch<(ShapeState, LogOffset)>,
     last_used_ms: AtomicU64,
     /// The log's last flush left durable bytes unwritten, so readers do not see them yet
     /// ([`syncline_storage::Writer::set_deferring`]); set and cleared under the writer's lock.
@@ -68,6 +71,7 @@ impl Shape {
             state: StateCell::new(state),
             readers: Mutex::new(Vec::new()),
             shared_read: SharedRead::default(),
+            shared_batch: SharedBatch::default(),
             last_used_ms: AtomicU64::new(now_ms()),
             deferred: AtomicBool::new(false),
         }
@@ -244,15 +248,29 @@ impl Shape {
             .read((seen, from), || self.with_reader(|r| r.read(from)))
     }
 
-    /// Drops the readers kept for reuse, and the read kept for woken requests, if no request
-    /// came since `since_ms` (milliseconds since the Unix epoch): an idle shape keeps none
-    /// (a reader holds its log's path and index entries). Returns whether readers were
-    /// dropped.
+    /// The batch of server-sent events after `from` for a stream that a change woke, having
+    /// seen the shape's state `seen`, and where it ends (`None`: nothing new): streams that
+    /// saw the same state and read from the same offset share one batch, `frame`d once (see
+    /// [`SharedBatch`]).
+    pub fn sse_batch_shared(
+        &self,
+        seen: ShapeState,
+        from: LogOffset,
+        frame: impl FnOnce() -> std::io::Result<Option<(Vec<u8>, LogOffset)>>,
+    ) -> std::io::Result<Option<(bytes::Bytes, LogOffset)>> {
+        self.shared_batch.get((seen, from), frame)
+    }
+
+    /// Drops the readers kept for reuse, and the read and batch kept for woken requests and
+    /// streams, if no request came since `since_ms` (milliseconds since the Unix epoch): an
+    /// idle shape keeps none (a reader holds its log's path and index entries). Returns
+    /// whether readers were dropped.
     pub fn release_readers_unused_since(&self, since_ms: u64) -> bool {
         if self.last_used() >= since_ms {
             return false;
         }
         self.shared_read.clear();
+        self.shared_batch.clear();
         let mut idle = self.readers.lock().expect("readers lock");
         let had = idle.capacity() > 0;
         *idle = Vec::new();
