@@ -728,13 +728,7 @@ impl Follower {
         }
         let response = http.get(url.clone()).send().await?;
         let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
+        let header = |name: &str| crate::electric::client::header(&response, name);
         let (handle, offset, cursor) = (
             header("electric-handle"),
             header("electric-offset"),

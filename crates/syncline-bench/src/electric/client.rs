@@ -420,16 +420,19 @@ struct Head {
     up_to_date: bool,
 }
 
+/// The header `name` of `response` as text, if present and visible ASCII.
+pub(crate) fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 impl Head {
     /// The headers of `response`.
     fn of(response: &reqwest::Response) -> Head {
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
+        let header = |name: &str| header(response, name);
         Head {
             handle: header("electric-handle"),
             offset: header("electric-offset"),
