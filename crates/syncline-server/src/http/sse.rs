@@ -21,6 +21,7 @@ use syncline_core::wire::{self, header};
 use syncline_core::LogOffset;
 use syncline_storage::Messages;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use super::body::range_bytes;
@@ -94,6 +95,7 @@ async fn stream(
     let mut changes = shape.subscribe();
     let mut messages = Messages::new();
     let mut woken = false;
+    let mut behind = false;
     // The state the last read was made at: it found everything durable then, so until the
     // state changes another read would find nothing.
     let mut read_at: Option<ShapeState> = None;
@@ -109,8 +111,10 @@ async fn stream(
             // it, as woken long-polls read (`Shape::read_shared`). A stream starting at the
             // log's end reads the same way: it finds nothing new. Thousands of streams each
             // handing the thread over would make the runtime start a thread for each. A
-            // stream starting behind the end hands the thread over for its first catch-up.
-            let batch = if woken || position::at_end(&st, Some(from)) {
+            // stream behind the end hands the thread over: at its first catch-up, and after
+            // its client fell behind (its last batch waited for room in the queue, while
+            // more data may have come).
+            let batch = if (woken && !behind) || position::at_end(&st, Some(from)) {
                 shape.sse_batch_shared(st, from, || catch_up(&shape, from, &mut messages))
             } else {
                 tokio::task::block_in_place(|| catch_up(&shape, from, &mut messages))
@@ -119,9 +123,16 @@ async fn stream(
             match batch {
                 Ok(Some((events, end))) => {
                     from = end;
-                    if batches.send(Ok(events)).await.is_err() {
-                        return;
-                    }
+                    behind = match batches.try_send(Ok(events)) {
+                        Ok(()) => false,
+                        Err(TrySendError::Full(batch)) => {
+                            if batches.send(batch).await.is_err() {
+                                return;
+                            }
+                            true
+                        }
+                        Err(TrySendError::Closed(_)) => return,
+                    };
                     continue;
                 }
                 Ok(None) => {}
