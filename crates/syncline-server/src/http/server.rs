@@ -3,8 +3,11 @@
 //!
 //! - At most `max_connections` connections are served; [`RESERVED_CONNECTIONS`] more are
 //!   accepted, and while more than `max_connections` are open only `/v1/health` and `/metrics`
-//!   are answered (anything else gets 503); past those a connection is closed as soon as it is
-//!   accepted.
+//!   are answered (anything else gets 503, which frees the slot at once). Past those a
+//!   connection waits up to [`RESERVE_WAIT`] for a slot (a health check queued behind a flood
+//!   of requests that get 503 finds one), and is closed if none frees; after such a wait
+//!   finds none, the reserve is held by idle or slow clients, and connections past it are
+//!   closed as soon as they are accepted until a slot frees.
 //! - A connection that sends no complete request head within the idle timeout is closed, also
 //!   between requests (slowloris and idle keep-alive alike).
 //! - A response write that makes no progress for `ELECTRIC_TCP_SEND_TIMEOUT` closes the
@@ -29,13 +32,15 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
 /// Connections accepted past the limit for `/v1/health` and `/metrics` only (enough that a
 /// health check finds one free while a flood of connections is being turned away).
 pub const RESERVED_CONNECTIONS: usize = 128;
+/// Longest wait of a connection accepted past the reserve for a slot to free.
+const RESERVE_WAIT: Duration = Duration::from_millis(250);
 /// Pause after an accept error, so a persistent one does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 /// Shortest interval between two log lines about accept errors.
@@ -76,6 +81,9 @@ pub async fn serve(
     let mut spare = File::open("/dev/null").ok();
     let mut last_logged: Option<Instant> = None;
     let mut shed = false;
+    let freed = Arc::new(Notify::new());
+    let full = limits.max_connections + RESERVED_CONNECTIONS;
+    let mut reserve_held = false;
     tokio::pin!(until);
     loop {
         let accepted = tokio::select! {
@@ -109,10 +117,22 @@ pub async fn serve(
         };
         shed = false;
         let count = open.fetch_add(1, Ordering::AcqRel);
-        let guard = OpenConnection(open.clone());
-        if count >= limits.max_connections + RESERVED_CONNECTIONS {
-            drop((stream, guard));
-            continue;
+        let guard = OpenConnection {
+            open: open.clone(),
+            freed: freed.clone(),
+        };
+        if count < full {
+            reserve_held = false;
+        } else {
+            let slot = !reserve_held
+                && tokio::time::timeout(RESERVE_WAIT, slot_freed(&open, &freed, full))
+                    .await
+                    .is_ok();
+            if !slot {
+                reserve_held = true;
+                drop((stream, guard));
+                continue;
+            }
         }
         let _ = stream.set_nodelay(true);
         let app = app.clone();
@@ -125,12 +145,29 @@ pub async fn serve(
     }
 }
 
-/// Counts an open connection until dropped.
-struct OpenConnection(Arc<AtomicUsize>);
+/// Counts an open connection until dropped, and then tells the accept loop.
+struct OpenConnection {
+    open: Arc<AtomicUsize>,
+    freed: Arc<Notify>,
+}
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.freed.notify_waiters();
+    }
+}
+
+/// Waits until at most `full` connections are open (the one waiting counted).
+async fn slot_freed(open: &AtomicUsize, freed: &Notify, full: usize) {
+    loop {
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if open.load(Ordering::Acquire) <= full {
+            return;
+        }
+        notified.await;
     }
 }
 
