@@ -73,9 +73,8 @@ pub async fn start(config: Config) -> Result<Server, String> {
         chunk_bytes_max: config.chunk_bytes_threshold,
         ..WriterOptions::default()
     };
-    let listener = TcpListener::bind((config.listen_address, config.port))
-        .await
-        .map_err(|e| {
+    let listener =
+        server::listen(SocketAddr::new(config.listen_address, config.port)).map_err(|e| {
             format!(
                 "listening on {}:{}: {e}",
                 config.listen_address, config.port
@@ -166,8 +165,7 @@ async fn serve_http(
         },
     ));
     if let Some(port) = config.prometheus_port {
-        let metrics = TcpListener::bind((config.listen_address, port))
-            .await
+        let metrics = server::listen(SocketAddr::new(config.listen_address, port))
             .map_err(|e| format!("listening on the metrics port {port}: {e}"))?;
         tokio::spawn(server::serve(
             metrics,

@@ -18,6 +18,7 @@
 use std::fs::File;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
@@ -39,6 +40,10 @@ use tower::ServiceExt;
 /// Connections accepted past the limit for `/v1/health` and `/metrics` only (enough that a
 /// health check finds one free while a flood of connections is being turned away).
 pub const RESERVED_CONNECTIONS: usize = 128;
+/// Connections the kernel queues for `accept` (it caps this at `net.core.somaxconn`).
+/// Thousands of clients connecting at once, as after a deploy, overflow tokio's default of
+/// 1,024: the kernel then drops their handshakes, and they wait for retransmissions or fail.
+const LISTEN_BACKLOG: u32 = 65_535;
 /// Longest wait of a connection accepted past the reserve for a slot to free.
 const RESERVE_WAIT: Duration = Duration::from_millis(250);
 /// Pause after an accept error, so a persistent one does not spin.
@@ -55,6 +60,18 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// Longest time a response write may make no progress.
     pub send_timeout: Duration,
+}
+
+/// Listens on `address` with a backlog of [`LISTEN_BACKLOG`].
+pub fn listen(address: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// A request's connection was accepted over the limit: only health and metrics are served.
