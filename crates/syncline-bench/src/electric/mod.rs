@@ -121,6 +121,7 @@ impl Name {
                 | Name::DiverseShapeFanout
                 | Name::ManyShapesOneClient
                 | Name::UnrelatedShapes
+                | Name::WaitingClients
         )
     }
 
@@ -180,8 +181,9 @@ pub(crate) struct Args {
     replication_txn_rows: u64,
     /// Live clients read server-sent events (`live_sse=true`, one response kept open) instead
     /// of long-polls. Only for the scenarios with live clients (`write-fanout`,
-    /// `diverse-shape-fanout`, `many-shapes-one-client`, `unrelated-shapes`; `all` runs those
-    /// four); their results go to `electric-<name>-sse.json`.
+    /// `diverse-shape-fanout`, `many-shapes-one-client`, `unrelated-shapes`,
+    /// `waiting-clients`; `all` runs those five); their results go to
+    /// `electric-<name>-sse.json`.
     #[arg(long)]
     sse: bool,
     /// Drive this running server (Syncline or Electric, e.g. `http://127.0.0.1:3000`) instead

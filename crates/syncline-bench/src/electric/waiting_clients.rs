@@ -4,7 +4,8 @@
 //! the same process with the shape up to date and no live request is divided by N. A
 //! single-row insert then answers every request, which checks they were live and times the
 //! fan-out. Before that, another fresh server holds N connections that sent nothing: what the
-//! connection alone costs, before any request's own state.
+//! connection alone costs, before any request's own state. With `--sse` each client holds an
+//! open SSE stream instead (the gauge counts those too).
 
 use std::time::{Duration, Instant};
 
