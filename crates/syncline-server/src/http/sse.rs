@@ -94,10 +94,9 @@ async fn stream(
 ) {
     let mut changes = shape.subscribe();
     let mut messages = Messages::new();
-    let mut woken = false;
     let mut behind = false;
     // The state the last read was made at: it found everything durable then, so until the
-    // state changes another read would find nothing.
+    // state changes another read would find nothing (and a later read is one a change woke).
     let mut read_at: Option<ShapeState> = None;
     loop {
         let st = changes.borrow_and_update();
@@ -105,7 +104,7 @@ async fn stream(
             return;
         }
         if st.snapshot_done && read_at.as_ref() != Some(&st) {
-            read_at = Some(st.clone());
+            let woken = read_at.replace(st.clone()).is_some();
             // A stream woken by new data reads what was just written, from the page cache:
             // on the runtime's thread, and read and framed once for all the streams woken with
             // it, as woken long-polls read (`Shape::read_shared`). A stream starting at the
@@ -148,7 +147,7 @@ async fn stream(
         }
         let idle = Instant::now() + KEEP_ALIVE_INTERVAL;
         tokio::select! {
-            () = changes.changed() => woken = true,
+            () = changes.changed() => {}
             _ = tokio::time::sleep_until(idle.min(deadline)) => {
                 if Instant::now() >= deadline {
                     return;
