@@ -261,14 +261,6 @@ impl Journal {
 pub(crate) enum JournalStart {
     /// A fresh journal, based at the chunk files' lengths (after recovery).
     Fresh,
-    /// The empty journal `OpenChunk::create` made for a new shape, open in `file` (its header
-    /// not synced yet).
-    New {
-        /// The journal, open for reading and writing.
-        file: File,
-        /// Its header.
-        header: JournalHeader,
-    },
     /// The journal a clean close left, open in `file`, its close record at `close_at`.
     Resume {
         /// The journal, open for reading and writing.
@@ -385,9 +377,6 @@ impl OpenChunk {
             recs: open(ChunkFile::Recs, lens.recs)?,
             journal: match journal {
                 JournalStart::Fresh => Journal::start(io, dir, seq, lens, true)?,
-                JournalStart::New { file, header } => {
-                    Journal::created(journal_path(dir, seq), file, header, true)
-                }
                 JournalStart::Resume {
                     file,
                     header,
@@ -404,6 +393,15 @@ impl OpenChunk {
             journaled: 0,
             journal_bytes_max,
         })
+    }
+
+    /// Follows the chunk's directory, renamed to `dir` with the files open in it: later
+    /// writes, syncs and reopens use the paths in `dir`.
+    pub fn moved_to(&mut self, dir: &Path) {
+        self.json.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Json));
+        self.keys.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Keys));
+        self.recs.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Recs));
+        self.journal.file.move_to(journal_path(dir, self.seq));
     }
 
     /// Bytes of JSON in the chunk, written or buffered.

@@ -49,6 +49,11 @@ impl LazyFile {
         &self.path
     }
 
+    /// The file was renamed (or its directory was) to `path`: found there from now on.
+    pub fn move_to(&mut self, path: PathBuf) {
+        self.path = path;
+    }
+
     /// Whether the file is open now.
     pub fn is_open(&self) -> bool {
         self.file.get().is_some()

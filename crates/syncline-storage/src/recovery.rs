@@ -84,49 +84,22 @@ pub(crate) fn open_writer(
     ))
 }
 
-/// Opens the writer of the shape `create_shape` just made in `dir` (empty, its files durable):
-/// nothing to recover or check, so nothing is read but the journal's header.
-pub(crate) fn open_created(dir: &Path, shape: &str, options: &WriterOptions) -> Result<Writer> {
-    let io = Io::new(options.fault_plan.clone());
-    let locked = lock_shape(dir, shape)?;
-    let (index, _) = open_index(dir)?;
-    let journal_path = journal_path(dir, 0);
-    let journal = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&journal_path)
-        .map_err(io_err(&journal_path))?;
-    let mut head = [0u8; JOURNAL_HEADER_BYTES];
-    journal
-        .read_exact_at(&mut head, 0)
-        .map_err(io_err(&journal_path))?;
-    let header = JournalHeader::decode(&head)
-        .ok_or_else(|| corrupt(&journal_path, "a new journal's header is damaged"))?;
-    assert_eq!(
-        header.base,
-        ChunkLens::default(),
-        "a new journal starts empty"
+/// The writer of the shape `create_shape` just made in `dir`, from the files it created and
+/// still holds: `lock` (its `shape.meta`, locked), the empty index, and the first chunk.
+/// Nothing is opened or read again.
+pub(crate) fn created(
+    dir: &Path,
+    io: Io,
+    lock: (File, ShapeMeta),
+    index: File,
+    tail: OpenChunk,
+    options: &WriterOptions,
+) -> Writer {
+    assert!(
+        tail.seq == 0 && tail.first.is_none(),
+        "a new shape's log starts with an empty first chunk"
     );
-    let state = TailState {
-        lens: ChunkLens::default(),
-        first: None,
-        last_commit: None,
-        last_message: None,
-    };
-    let start = JournalStart::New {
-        file: journal,
-        header,
-    };
-    let tail = OpenChunk::open(&io, dir, 0, state, start, options.journal_bytes_max)?;
-    Ok(writer(
-        dir,
-        io,
-        locked,
-        index,
-        Vec::new(),
-        (tail, None, false),
-        options,
-    ))
+    writer(dir, io, lock, index, Vec::new(), (tail, None, false), options)
 }
 
 /// The index file, open for reading and writing, and its path.

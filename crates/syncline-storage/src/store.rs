@@ -12,10 +12,10 @@ use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
 use crate::group_journal::{
     self, GroupJournal, GROUP_JOURNAL_BYTES_MAX_DEFAULT, GROUP_JOURNAL_RELEASE_WAIT_MAX,
 };
-use crate::io::Io;
+use crate::io::{try_lock, Io};
 use crate::options::WriterOptions;
 use crate::reader::Reader;
-use crate::recovery::{open_created, open_writer, read_meta};
+use crate::recovery::{created, open_writer, read_meta};
 use crate::shape_lock::lock_only;
 use crate::writer::Writer;
 
@@ -155,25 +155,29 @@ impl Store {
         }
         let io = Io::new(options.fault_plan.clone());
         let tmp = self.root.join(format!("{CREATING_PREFIX}{shape}"));
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-        }
-        fs::create_dir(&tmp).map_err(io_err(&tmp))?;
-        let meta_path = tmp.join(META_FILE);
-        let meta = io.create(&meta_path)?;
-        io.write_at(
-            &meta,
-            &meta_path,
-            0,
-            &ShapeMeta {
-                chunk_bytes_max: options.chunk_bytes_max,
+        if let Err(e) = fs::create_dir(&tmp) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(io_err(&tmp)(e));
             }
-            .encode(),
-        )?;
-        io.create(&tmp.join(INDEX_FILE))?;
-        OpenChunk::create(&io, &tmp, 0, None, options.journal_bytes_max)?;
+            fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+            fs::create_dir(&tmp).map_err(io_err(&tmp))?;
+        }
+        let meta_path = tmp.join(META_FILE);
+        let meta = ShapeMeta {
+            chunk_bytes_max: options.chunk_bytes_max,
+        };
+        let lock = io.create(&meta_path)?;
+        io.write_at(&lock, &meta_path, 0, &meta.encode())?;
+        // Locked before the directory takes its name, so no other writer can take it between.
+        assert!(
+            try_lock(&lock).map_err(io_err(&meta_path))?,
+            "nothing else has a new shape's files open"
+        );
+        let index = io.create(&tmp.join(INDEX_FILE))?;
+        let mut tail = OpenChunk::create(&io, &tmp, 0, None, options.journal_bytes_max)?;
         io.rename(&tmp, &dir)?;
-        let mut writer = open_created(&dir, shape, options)?;
+        tail.moved_to(&dir);
+        let mut writer = created(&dir, io, (lock, meta), index, tail, options);
         writer.created_unsynced = true;
         writer.dir_dirty = true;
         Ok(self.with_group(writer))
