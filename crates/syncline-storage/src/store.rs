@@ -199,6 +199,11 @@ impl Store {
         writer
     }
 
+    /// Whether the shape's directory exists (`false` for an invalid shape id).
+    pub fn has_shape(&self, shape: &str) -> bool {
+        self.shape_dir(shape).is_ok_and(|dir| dir.is_dir())
+    }
+
     /// Opens a reader of a shape; works on a read-only storage root and beside a live writer.
     pub fn open_reader(&self, shape: &str) -> Result<Reader> {
         let dir = self.shape_dir(shape)?;

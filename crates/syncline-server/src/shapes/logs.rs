@@ -255,6 +255,12 @@ impl Logs {
         self.store().create_shape(handle, &self.options)
     }
 
+    /// Whether the shape `handle` has a log, complete or not (`false` for text that is no
+    /// shape id: a client's handle never names a path).
+    pub fn exists(&self, handle: &str) -> bool {
+        self.store().has_shape(handle)
+    }
+
     /// Opens the writer of an existing log (recovering it).
     pub fn open_writer(&self, handle: &str) -> syncline_storage::Result<Writer> {
         self.store().open_writer(handle, &self.options)

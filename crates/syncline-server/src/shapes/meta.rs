@@ -46,21 +46,20 @@ pub struct ShapeMeta {
 }
 
 impl ShapeMeta {
-    /// The metadata of a shape at some point of its life.
-    pub fn new(
+    /// The metadata of a shape whose initial snapshot, taken at `snapshot`, is complete.
+    pub fn complete(
         handle: &str,
         definition: &ShapeDefinition,
         relation: &RelationDesc,
-        snapshot: Option<&PgSnapshot>,
-        snapshot_complete: bool,
+        snapshot: &PgSnapshot,
     ) -> ShapeMeta {
         ShapeMeta {
             version: META_VERSION,
             handle: handle.to_owned(),
             definition: definition.clone(),
             relation: Some(relation.clone()),
-            snapshot: snapshot.map(PgSnapshot::to_string),
-            snapshot_complete,
+            snapshot: Some(snapshot.to_string()),
+            snapshot_complete: true,
         }
     }
 
@@ -133,25 +132,22 @@ impl MetaDir {
         }
     }
 
-    /// Writes `meta`: a temporary file renamed over the old one. Metadata of a complete
-    /// snapshot is written durably (the file fsynced before the rename, the directory after).
-    /// That of an incomplete one is not synced: a restart removes such a shape whatever its
-    /// metadata holds, so a crash may as well lose or tear it (a torn file is skipped, and its
-    /// log, then without metadata, removed).
+    /// Writes the metadata of a shape whose snapshot completed, durably: a temporary file,
+    /// synced, renamed over the old one, then the directory synced. (A shape has no metadata
+    /// before its snapshot completes: a restart removes its log.)
     pub fn save(&self, meta: &ShapeMeta) -> io::Result<()> {
+        assert!(
+            meta.snapshot_complete,
+            "only a complete snapshot's metadata is saved"
+        );
         self.check_writable()?;
         let path = self.path(&meta.handle);
         let tmp = path.with_extension("json.tmp");
         let mut file = File::create(&tmp)?;
         file.write_all(&serde_json::to_vec(meta)?)?;
-        if meta.snapshot_complete {
-            file.sync_all()?;
-        }
+        file.sync_all()?;
         fs::rename(&tmp, &path)?;
-        if meta.snapshot_complete {
-            File::open(&self.dir)?.sync_all()?;
-        }
-        Ok(())
+        File::open(&self.dir)?.sync_all()
     }
 
     /// Appends `records` to the shape's view file and syncs it (and the directory when the
@@ -256,9 +252,9 @@ impl MetaDir {
                     )))
                 }
                 Ok(Ok(meta)) => out.push(meta),
-                // The first save of a new shape is not synced, so a crash can tear it: the
-                // shape's snapshot never completed, and the writer removes the file (restore
-                // then removes the log left without metadata).
+                // Versions before 2026-11-29 saved a new shape's metadata unsynced, so a crash
+                // could tear it: that shape's snapshot never completed, and the writer removes
+                // the file (restore then removes the log left without metadata).
                 Ok(Err(e)) if self.writable.load(Ordering::SeqCst) => {
                     tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata removed");
                     fs::remove_file(&path)?;
@@ -272,17 +268,6 @@ impl MetaDir {
             }
         }
         Ok(out)
-    }
-
-    /// Whether the shape `handle` has metadata (`false` for text that is no handle: a client's
-    /// handle never names a path).
-    pub fn exists(&self, handle: &str) -> bool {
-        let plausible = !handle.is_empty()
-            && handle.len() <= syncline_storage::SHAPE_ID_BYTES_MAX
-            && handle
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        plausible && self.path(handle).exists()
     }
 
     fn path(&self, handle: &str) -> PathBuf {

@@ -263,9 +263,9 @@ impl Shapes {
         self.logs.dir(handle)
     }
 
-    /// Whether a shape with this handle is stored (its metadata exists), complete or not.
+    /// Whether a shape with this handle is stored (its log exists), complete or not.
     pub fn is_stored(&self, handle: &str) -> bool {
-        self.meta.exists(handle)
+        self.logs.exists(handle)
     }
 
     /// The directory of the shapes' metadata.
@@ -439,6 +439,7 @@ impl Shapes {
                 .list()
                 .map_err(|e| format!("listing shape logs: {e}"))?;
             for orphan in stored.into_iter().filter(|h| !kept.contains(h)) {
+                handle::observe(&orphan);
                 tracing::info!(handle = %orphan, "shape log without metadata removed");
                 self.remove_stored(&orphan);
             }
@@ -578,19 +579,12 @@ impl Shapes {
             .acquire()
             .await
             .expect("the creation permits are never closed");
-        // Metadata first, then the log, neither synced (both become durable when the snapshot
-        // completes): a crash before then leaves metadata of an incomplete snapshot, a log
-        // without metadata, or either torn, and restore removes them all.
-        let writer = tokio::task::block_in_place(|| -> Result<_, CreateError> {
+        // The log alone, not synced: the metadata is first written when the snapshot
+        // completes, and a crash before then leaves a log without metadata, which restore
+        // removes.
+        let writer = tokio::task::block_in_place(|| {
             let _permit = permit;
-            self.meta.save(&ShapeMeta::new(
-                &handle,
-                &definition,
-                &relation,
-                None,
-                false,
-            ))?;
-            Ok(self.logs.create(&handle)?)
+            self.logs.create(&handle)
         })?;
         let shape = Arc::new(Shape::new(
             handle.clone(),
@@ -714,12 +708,11 @@ impl Shapes {
 
     /// Writes `shape`'s metadata with its snapshot's visibility, complete.
     fn save_complete(&self, shape: &Shape, visibility: &PgSnapshot) -> Result<(), StepError> {
-        let meta = ShapeMeta::new(
+        let meta = ShapeMeta::complete(
             &shape.handle,
             &shape.definition,
             &shape.relation,
-            Some(visibility),
-            true,
+            visibility,
         );
         tokio::task::block_in_place(|| self.meta.save(&meta))?;
         Ok(())
