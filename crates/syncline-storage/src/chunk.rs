@@ -112,6 +112,15 @@ pub(crate) enum Files {
 /// no more than an idle writer may keep anyway.
 const DEFERRED_BYTES_MAX: usize = crate::IDLE_WRITER_BUFFER_BYTES_MAX;
 
+/// Whether a new chunk's directory is seen by readers and recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChunkDir {
+    /// A shape's directory: a new file must appear whole.
+    Live,
+    /// A shape's directory before `create_shape` renames it into place.
+    Hidden,
+}
+
 /// The journal of the open chunk: a header, then one frame per write of the buffers.
 #[derive(Debug)]
 struct Journal {
@@ -170,18 +179,32 @@ impl Journal {
     /// replacing any previous journal of the chunk; the caller syncs the directory. With
     /// `sync`, the header is synced before the journal takes its place; without, the chunk's
     /// next sync makes it durable (for a chunk whose files nothing durable needs before then).
-    fn start(io: &Io, dir: &Path, seq: u64, base: ChunkLens, sync: bool) -> Result<Journal> {
+    /// In a [`ChunkDir::Hidden`] directory the journal is written in place: the directory's
+    /// rename makes it appear whole.
+    fn start(
+        io: &Io,
+        dir: &Path,
+        seq: u64,
+        base: ChunkLens,
+        sync: bool,
+        place: ChunkDir,
+    ) -> Result<Journal> {
         let path = journal_path(dir, seq);
-        let tmp = path.with_extension("journal.tmp");
-        let file = io.create(&tmp)?;
+        let write_at = match place {
+            ChunkDir::Live => path.with_extension("journal.tmp"),
+            ChunkDir::Hidden => path.clone(),
+        };
+        let file = io.create(&write_at)?;
         let id = new_journal_id();
         let header = JournalHeader { base, id };
-        io.write_at(&file, &tmp, 0, &header.encode())?;
-        io.set_len(&file, &tmp, JOURNAL_ALLOCATE_BYTES)?;
+        io.write_at(&file, &write_at, 0, &header.encode())?;
+        io.set_len(&file, &write_at, JOURNAL_ALLOCATE_BYTES)?;
         if sync {
-            io.sync_data(&file, &tmp)?;
+            io.sync_data(&file, &write_at)?;
         }
-        io.rename(&tmp, &path)?;
+        if write_at != path {
+            io.rename(&write_at, &path)?;
+        }
         Ok(Journal::created(path, file, header, !sync))
     }
 
@@ -317,12 +340,13 @@ pub(crate) struct OpenChunk {
 }
 
 impl OpenChunk {
-    /// Creates the three empty files of chunk `seq` and its journal, following a log whose last
-    /// message is `last_message`, none of them synced: the chunk's next sync includes its
-    /// journal, and the caller syncs the directory with it.
+    /// Creates the three empty files of chunk `seq` and its journal in `dir` (`place` says
+    /// whether readers may see it yet), following a log whose last message is `last_message`,
+    /// none of them synced: the chunk's next sync includes its journal, and the caller syncs
+    /// the directory with it.
     pub fn create(
         io: &Io,
-        dir: &Path,
+        (dir, place): (&Path, ChunkDir),
         seq: u64,
         last_message: Option<LogOffset>,
         journal_bytes_max: usize,
@@ -337,7 +361,7 @@ impl OpenChunk {
             json: make(ChunkFile::Json)?,
             keys: make(ChunkFile::Keys)?,
             recs: make(ChunkFile::Recs)?,
-            journal: Journal::start(io, dir, seq, ChunkLens::default(), false)?,
+            journal: Journal::start(io, dir, seq, ChunkLens::default(), false, place)?,
             first: None,
             last: None,
             last_is_commit: false,
@@ -376,7 +400,7 @@ impl OpenChunk {
             keys: open(ChunkFile::Keys, lens.keys)?,
             recs: open(ChunkFile::Recs, lens.recs)?,
             journal: match journal {
-                JournalStart::Fresh => Journal::start(io, dir, seq, lens, true)?,
+                JournalStart::Fresh => Journal::start(io, dir, seq, lens, true, ChunkDir::Live)?,
                 JournalStart::Resume {
                     file,
                     header,
@@ -398,9 +422,15 @@ impl OpenChunk {
     /// Follows the chunk's directory, renamed to `dir` with the files open in it: later
     /// writes, syncs and reopens use the paths in `dir`.
     pub fn moved_to(&mut self, dir: &Path) {
-        self.json.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Json));
-        self.keys.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Keys));
-        self.recs.file.move_to(chunk_path(dir, self.seq, 0, ChunkFile::Recs));
+        self.json
+            .file
+            .move_to(chunk_path(dir, self.seq, 0, ChunkFile::Json));
+        self.keys
+            .file
+            .move_to(chunk_path(dir, self.seq, 0, ChunkFile::Keys));
+        self.recs
+            .file
+            .move_to(chunk_path(dir, self.seq, 0, ChunkFile::Recs));
         self.journal.file.move_to(journal_path(dir, self.seq));
     }
 
@@ -787,7 +817,14 @@ mod tests {
     const INSERT: RecordKind = RecordKind::Message(Operation::Insert);
 
     fn chunk(dir: &tempfile::TempDir, last_message: Option<LogOffset>) -> OpenChunk {
-        OpenChunk::create(&Io::default(), dir.path(), 3, last_message, 1024).unwrap()
+        OpenChunk::create(
+            &Io::default(),
+            (dir.path(), ChunkDir::Live),
+            3,
+            last_message,
+            1024,
+        )
+        .unwrap()
     }
 
     #[test]

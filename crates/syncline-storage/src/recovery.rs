@@ -99,7 +99,15 @@ pub(crate) fn created(
         tail.seq == 0 && tail.first.is_none(),
         "a new shape's log starts with an empty first chunk"
     );
-    writer(dir, io, lock, index, Vec::new(), (tail, None, false), options)
+    writer(
+        dir,
+        io,
+        lock,
+        index,
+        Vec::new(),
+        (tail, None, false),
+        options,
+    )
 }
 
 /// The index file, open for reading and writing, and its path.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::chunk::OpenChunk;
+use crate::chunk::{ChunkDir, OpenChunk};
 use crate::error::{io_err, Result, StorageError};
 use crate::followers::{self, FollowerMark};
 use crate::format::{ShapeMeta, INDEX_FILE, META_FILE};
@@ -174,7 +174,13 @@ impl Store {
             "nothing else has a new shape's files open"
         );
         let index = io.create(&tmp.join(INDEX_FILE))?;
-        let mut tail = OpenChunk::create(&io, &tmp, 0, None, options.journal_bytes_max)?;
+        let mut tail = OpenChunk::create(
+            &io,
+            (&tmp, ChunkDir::Hidden),
+            0,
+            None,
+            options.journal_bytes_max,
+        )?;
         io.rename(&tmp, &dir)?;
         tail.moved_to(&dir);
         let mut writer = created(&dir, io, (lock, meta), index, tail, options);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use syncline_core::LogOffset;
 
-use crate::chunk::{Files, JournalWrite, OpenChunk};
+use crate::chunk::{ChunkDir, Files, JournalWrite, OpenChunk};
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{
     journal_path, ChunkEntry, CloseRecord, RecordKind, ENTRY_BYTES, ENTRY_CONTINUED,
@@ -484,7 +484,7 @@ impl Writer {
         }
         let next = OpenChunk::create(
             &self.io,
-            &self.dir,
+            (&self.dir, ChunkDir::Live),
             self.tail.seq + 1,
             self.last_appended,
             self.journal_bytes_max,
