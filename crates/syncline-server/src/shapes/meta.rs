@@ -252,9 +252,9 @@ impl MetaDir {
                     )))
                 }
                 Ok(Ok(meta)) => out.push(meta),
-                // Versions before 2026-11-29 saved a new shape's metadata unsynced, so a crash
-                // could tear it: that shape's snapshot never completed, and the writer removes
-                // the file (restore then removes the log left without metadata).
+                // Versions before be04c16 (2026-11-28) saved a new shape's metadata unsynced,
+                // so a crash could tear it: that shape's snapshot never completed, and the
+                // writer removes the file (restore then removes the log left without metadata).
                 Ok(Err(e)) if self.writable.load(Ordering::SeqCst) => {
                     tracing::warn!(path = %path.display(), error = %e, "unreadable shape metadata removed");
                     fs::remove_file(&path)?;
