@@ -431,11 +431,14 @@ impl Snapshotter {
             // As after the pipeline's use: thousands of snapshots ending together do not keep
             // more logs open than their bound.
             guard.hold_if_over_bound();
+            drop(guard);
+            // On this thread too: one hand-over of the runtime's thread for both.
+            self.shapes.save_complete(shape, visibility)?;
             Ok::<_, SnapshotError>(())
         })?;
         tracing::info!(handle = %shape.handle, rows, "snapshot written");
         self.metrics.snapshot_rows.inc_by(rows);
-        self.shapes.snapshot_complete(shape, visibility).await?;
+        self.shapes.snapshot_done(shape).await?;
         Ok(())
     }
 

@@ -692,30 +692,27 @@ impl Shapes {
         self.send_step(started).await
     }
 
-    /// The snapshot of `shape` is complete and durable in its log: the metadata says so (a
-    /// restart resumes the shape), and the pipeline appends what waited and goes live.
-    pub async fn snapshot_complete(
-        &self,
-        shape: &Shape,
-        visibility: &PgSnapshot,
-    ) -> Result<(), StepError> {
-        self.save_complete(shape, visibility)?;
-        let done = Command::SnapshotDone {
-            handle: shape.handle.clone(),
-        };
-        self.send_step(done).await
-    }
-
-    /// Writes `shape`'s metadata with its snapshot's visibility, complete.
-    fn save_complete(&self, shape: &Shape, visibility: &PgSnapshot) -> Result<(), StepError> {
+    /// The snapshot of `shape`, taken at `visibility`, is complete and durable in its log:
+    /// writes its metadata (durably), so a restart resumes the shape. Blocks on file I/O: the
+    /// caller is on a blocking thread. Then [`Shapes::snapshot_done`].
+    pub fn save_complete(&self, shape: &Shape, visibility: &PgSnapshot) -> Result<(), StepError> {
         let meta = ShapeMeta::complete(
             &shape.handle,
             &shape.definition,
             &shape.relation,
             visibility,
         );
-        tokio::task::block_in_place(|| self.meta.save(&meta))?;
+        self.meta.save(&meta)?;
         Ok(())
+    }
+
+    /// The snapshot of `shape` is complete and its metadata saved ([`Shapes::save_complete`]):
+    /// the pipeline appends what waited and goes live.
+    pub async fn snapshot_done(&self, shape: &Shape) -> Result<(), StepError> {
+        let done = Command::SnapshotDone {
+            handle: shape.handle.clone(),
+        };
+        self.send_step(done).await
     }
 
     /// Tells the pipeline a lifecycle step; a closed channel means the shape was removed.
