@@ -39,6 +39,19 @@ fn renders_canonical_sql() {
             r#"(("j" ->> 'a'::text) = '1'::text)"#,
         ),
         ("1 + 1 = 2", &[], "true"),
+        // NULL constants in AND/OR: dropped, one NULL ends the list (alone, it is the result),
+        // so a strict operation over it is NULL without evaluating its other side.
+        ("b = (NULL IN (i8, i2, 3))", &[], "NULL::bool"),
+        (
+            "b OR NULL OR i4 = 1 OR NULL",
+            &[],
+            r#"("b" OR ("i4" = '1'::int4) OR NULL::bool)"#,
+        ),
+        (
+            "(b AND NULL) AND (NULL AND i4 = 1)",
+            &[],
+            r#"("b" AND ("i4" = '1'::int4) AND NULL::bool)"#,
+        ),
         (
             "tz > '2024-01-01 02:00:00+02'",
             &[],

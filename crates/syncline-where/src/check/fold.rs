@@ -236,34 +236,43 @@ fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {
     args.into_iter().map(fold).collect()
 }
 
-/// AND (`decider` false) or OR (`decider` true): a constant equal to `decider` decides, the
-/// other boolean constant is dropped, and nested ANDs in an AND (ORs in an OR) are flattened.
+/// AND (`decider` false) or OR (`decider` true) as the planner simplifies it
+/// (`simplify_and_arguments`, `simplify_or_arguments`): a constant equal to `decider` decides,
+/// the other boolean constant is dropped, NULL constants are dropped and one NULL constant
+/// ends the list instead (alone, it is the result), and nested ANDs in an AND (ORs in an OR)
+/// are flattened.
 fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
     let mut kept = Vec::with_capacity(args.len());
+    let mut have_null = false;
+    let mut pending: Vec<Expr> = Vec::new();
     for arg in args {
-        match fold(arg)? {
-            Expr::Const {
-                value: Some(Datum::Bool(b)),
-                ..
-            } if b == decider => {
-                return Ok(Expr::constant(
-                    Some(Datum::Bool(decider)),
-                    crate::types::Type::Bool,
-                ))
+        pending.push(fold(arg)?);
+        while let Some(folded) = pending.pop() {
+            match folded {
+                Expr::Const {
+                    value: Some(Datum::Bool(b)),
+                    ..
+                } if b == decider => {
+                    return Ok(Expr::constant(Some(Datum::Bool(decider)), Type::Bool))
+                }
+                Expr::Const {
+                    value: Some(Datum::Bool(_)),
+                    ..
+                } => {}
+                Expr::Const { value: None, .. } => have_null = true,
+                // A nested AND in an AND (OR in an OR) is flattened, as the planner flattens it
+                // and as the parser reads `(a OR b) OR c` back, so that rendering is stable.
+                Expr::Or(inner) if decider => pending.extend(inner.into_iter().rev()),
+                Expr::And(inner) if !decider => pending.extend(inner.into_iter().rev()),
+                other => kept.push(other),
             }
-            Expr::Const {
-                value: Some(Datum::Bool(_)),
-                ..
-            } => {}
-            // A nested AND in an AND (OR in an OR) is flattened, as the planner flattens it and
-            // as the parser reads `(a OR b) OR c` back, so that rendering is stable.
-            Expr::Or(inner) if decider => kept.extend(inner),
-            Expr::And(inner) if !decider => kept.extend(inner),
-            other => kept.push(other),
         }
     }
+    if have_null {
+        kept.push(Expr::constant(None, Type::Bool));
+    }
     Ok(match kept.len() {
-        0 => Expr::constant(Some(Datum::Bool(!decider)), crate::types::Type::Bool),
+        0 => Expr::constant(Some(Datum::Bool(!decider)), Type::Bool),
         1 => kept.pop().unwrap_or_else(|| unreachable!()),
         _ if decider => Expr::Or(kept),
         _ => Expr::And(kept),
