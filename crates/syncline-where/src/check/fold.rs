@@ -244,11 +244,17 @@ fn fold_all(args: Vec<Expr>) -> Result<Vec<Expr>, EvalError> {
 fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
     let mut kept = Vec::with_capacity(args.len());
     let mut have_null = false;
-    let mut pending: Vec<Expr> = Vec::new();
     for arg in args {
-        pending.push(fold(arg)?);
-        while let Some(folded) = pending.pop() {
-            match folded {
+        // A nested AND in an AND (OR in an OR) is flattened, as the planner flattens it and as
+        // the parser reads `(a OR b) OR c` back, so that rendering is stable. Folded already,
+        // it holds no nested one of its own and no deciding constant.
+        let items = match fold(arg)? {
+            Expr::Or(inner) if decider => inner,
+            Expr::And(inner) if !decider => inner,
+            other => vec![other],
+        };
+        for item in items {
+            match item {
                 Expr::Const {
                     value: Some(Datum::Bool(b)),
                     ..
@@ -260,10 +266,6 @@ fn logic(args: Vec<Expr>, decider: bool) -> Result<Expr, EvalError> {
                     ..
                 } => {}
                 Expr::Const { value: None, .. } => have_null = true,
-                // A nested AND in an AND (OR in an OR) is flattened, as the planner flattens it
-                // and as the parser reads `(a OR b) OR c` back, so that rendering is stable.
-                Expr::Or(inner) if decider => pending.extend(inner.into_iter().rev()),
-                Expr::And(inner) if !decider => pending.extend(inner.into_iter().rev()),
                 other => kept.push(other),
             }
         }
