@@ -527,3 +527,102 @@ async fn a_standby_and_a_replica_never_write_a_byte() {
         .await;
     std::fs::remove_dir_all(&logs).unwrap();
 }
+
+/// The shape logs in `storage`: the names of their directories.
+fn log_handles(storage: &Path) -> Vec<String> {
+    std::fs::read_dir(storage.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with('.'))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_whose_snapshot_the_writer_is_taking_is_not_gone_on_a_standby_or_replica() {
+    let (cluster, _db, logs) = cluster().await;
+    let storage = tempfile::tempdir().unwrap();
+    let http = common::http_client();
+    let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
+    wait_role(&writer, &http, "writer").await;
+    // The table is published once its first shape exists: the blocked snapshot below is the
+    // only thing the lock holds up.
+    let mut f = Follower::start("table=items", &writer, &http).await;
+    f.catch_up(&writer, &http).await.unwrap();
+    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
+    let replica = serve(
+        &cluster,
+        storage.path(),
+        "replica",
+        &logs.join("replica.log"),
+    );
+    wait_role(&standby, &http, "standby").await;
+    wait_role(&replica, &http, "replica").await;
+    let before = log_handles(storage.path());
+
+    // The snapshot's query waits for the table's lock: the writer has made the shape's log,
+    // not its metadata.
+    let locker = cluster.connect("postgres").await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let query = "table=items&where=id%20%3E%2050";
+    let initial = tokio::spawn({
+        let (http, url) = (http.clone(), writer.url(&format!("{query}&offset=-1")));
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            let handle = r.headers()["electric-handle"].to_str().unwrap().to_owned();
+            (r.status().as_u16(), handle, r.text().await.unwrap())
+        }
+    });
+    let started = Instant::now();
+    let handle = loop {
+        let new: Vec<String> = log_handles(storage.path())
+            .into_iter()
+            .filter(|h| !before.contains(h))
+            .collect();
+        if let [handle] = new.as_slice() {
+            break handle.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the writer made no log for the new shape"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!initial.is_finished(), "the snapshot waits for the lock");
+
+    // Still being made: the client is told to retry, not that its handle is gone (a 409 would
+    // send it back to the writer for a new shape, over and over while the snapshot runs). A
+    // handle no server ever made is gone.
+    for server in [&standby, &replica] {
+        let taking = format!("{query}&offset=0_0&handle={handle}");
+        let (status, headers, body) = get(server, &http, &taking).await;
+        assert_eq!(status, 503, "port {}: {body}", server.port);
+        assert!(!headers.contains_key("electric-handle"), "{headers:?}");
+        let unknown = format!("{query}&offset=0_0&handle=1-2");
+        assert_eq!(get(server, &http, &unknown).await.0, 409);
+    }
+
+    locker.batch_execute("COMMIT").await.unwrap();
+    let (status, made, body) = initial.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(made, handle);
+    for server in [&standby, &replica] {
+        let snapshot = format!("{query}&offset=-1");
+        let mut served = None;
+        for _ in 0..100 {
+            let answer = get(server, &http, &snapshot).await;
+            if answer.0 == 200 {
+                served = Some(answer);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (_, headers, body) = served.expect("the shape is served once its snapshot is complete");
+        assert_eq!(headers["electric-handle"], handle);
+        assert_eq!(body.matches("\"insert\"").count(), 50, "{body}");
+    }
+    std::fs::remove_dir_all(&logs).unwrap();
+}
