@@ -943,6 +943,7 @@ async fn concurrent_shape_creation(bench: &mut Bench, points: &[usize]) -> Resul
         let clients: Vec<ShapeClient> = (1..=n)
             .map(|k| users_client(&http, &server, Some(&overlapping_where(k)), false))
             .collect::<Result<_, _>>()?;
+        let load_generator = ProcSample::read(std::process::id())?;
         let mut tasks = JoinSet::new();
         let start = Instant::now();
         for mut client in clients {
@@ -969,6 +970,8 @@ async fn concurrent_shape_creation(bench: &mut Bench, points: &[usize]) -> Resul
             }
         }
         let after = server.sample()?;
+        let load_generator_cpu_s =
+            ProcSample::read(std::process::id())?.cpu_s_since(&load_generator);
         let latencies = Latencies::new(ms);
         eprintln!(
             "concurrent_shape_creation {n} shapes: p50 {} ms, p99 {} ms, max {} ms, {} errors, {} clients without {ROWS} rows, {} distinct handles",
@@ -994,6 +997,7 @@ async fn concurrent_shape_creation(bench: &mut Bench, points: &[usize]) -> Resul
             "peak_rss_bytes": after.peak_rss_bytes,
             "rss_bytes_per_shape": per(after.rss_bytes.saturating_sub(server.idle.rss_bytes), n),
             "cpu_s": after.cpu_s_since(&server.idle),
+            "load_generator_cpu_s": load_generator_cpu_s,
         }));
         drop(http);
         bench.finish(server).await?;
