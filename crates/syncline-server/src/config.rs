@@ -106,6 +106,12 @@ pub struct Config {
     #[arg(long, env = "SYNCLINE_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub http_idle_timeout: Duration,
 
+    /// Which HTTP/1.1 implementation serves connections: `hyper` (the default) or `syncline`,
+    /// Syncline's own, in which a connection whose request waits (a parked long-poll) holds no
+    /// read or write buffer (about 16 KiB less per waiting request).
+    #[arg(long, env = "SYNCLINE_HTTP_ENGINE", value_enum, default_value_t = HttpEngine::default())]
+    pub http_engine: HttpEngine,
+
     /// How long a response may wait for the client to read before the connection is closed
     /// (same format).
     #[arg(long, env = "ELECTRIC_TCP_SEND_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
@@ -323,4 +329,14 @@ mod tests {
         assert!(parse_duration("5 days").is_err());
         assert!(parse_duration("99999999999999999999h").is_err());
     }
+}
+
+/// Which HTTP/1.1 implementation serves the connections (`--http-engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HttpEngine {
+    /// hyper's.
+    #[default]
+    Hyper,
+    /// Syncline's own (`http/http1.rs`): a connection whose request waits holds no buffer.
+    Syncline,
 }

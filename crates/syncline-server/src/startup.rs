@@ -15,7 +15,8 @@ use crate::admission::Admission;
 use crate::config::{Config, RoleSetting};
 use crate::health::{HealthState, Role};
 use crate::http::compression::CompressedChunks;
-use crate::http::server::{self, default_max_connections, ConnectionLimits};
+use crate::http::connection::ConnectionLimits;
+use crate::http::server::{self, default_max_connections};
 use crate::metrics::Metrics;
 use crate::postgres::Postgres;
 use crate::progress::Progress;
@@ -163,6 +164,7 @@ async fn serve_http(
             let shapes = state.shapes.clone();
             move || shapes.descriptors_short()
         },
+        config.http_engine,
     ));
     if let Some(port) = config.prometheus_port {
         let metrics = server::listen(SocketAddr::new(config.listen_address, port))
@@ -174,6 +176,7 @@ async fn serve_http(
             std::future::pending(),
             Arc::new(AtomicUsize::new(0)),
             || (),
+            config.http_engine,
         ));
     }
     Ok(())

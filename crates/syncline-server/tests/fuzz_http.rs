@@ -560,5 +560,21 @@ async fn only_an_unread_body_closes_the_connection() {
         .await
         .unwrap();
     assert_eq!(put.status(), 405);
-    assert_eq!(put.headers().get("connection").unwrap(), "close");
+    // hyper hands the body to the application as it arrives, and this one is never read;
+    // Syncline's engine reads a body up to the shape API's limit before the application sees
+    // the request, so only a larger one is left unread.
+    if common::http_engine() == syncline_server::config::HttpEngine::Hyper {
+        assert_eq!(put.headers().get("connection").unwrap(), "close");
+    } else {
+        assert_eq!(put.headers().get("connection"), None);
+        let large = f
+            .http
+            .put(&url)
+            .body(vec![b'x'; 8_000_002])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(large.status(), 405);
+        assert_eq!(large.headers().get("connection").unwrap(), "close");
+    }
 }

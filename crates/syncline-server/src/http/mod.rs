@@ -4,6 +4,8 @@ mod auth;
 mod body;
 pub mod caching;
 pub mod compression;
+pub mod connection;
+mod http1;
 mod ident;
 pub mod param_errors;
 pub mod params;
@@ -60,7 +62,10 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     let path = normalise_path(request.uri().path());
     let is_shape = path == "/v1/shape";
     let method = request.method().clone();
-    let over_limit = request.extensions().get::<server::OverLimit>().is_some();
+    let over_limit = request
+        .extensions()
+        .get::<connection::OverLimit>()
+        .is_some();
     let mut response = match (path.as_str(), &method) {
         ("/v1/health" | "/metrics", _) => route(&state, &path, &method, request).await,
         _ if over_limit => {

@@ -31,11 +31,13 @@ use axum::Router;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tower::ServiceExt;
+
+use super::connection::{ConnectionLimits, OverLimit, SendTimeout};
+use crate::config::HttpEngine;
 
 /// Connections accepted past the limit for `/v1/health` and `/metrics` only (enough that a
 /// health check finds one free while a flood of connections is being turned away).
@@ -51,17 +53,6 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 /// Shortest interval between two log lines about accept errors.
 const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// How connections are bounded.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    /// Connections served at once (more get only health and metrics).
-    pub max_connections: usize,
-    /// Longest wait for a complete request head, also between requests.
-    pub idle_timeout: Duration,
-    /// Longest time a response write may make no progress.
-    pub send_timeout: Duration,
-}
-
 /// Listens on `address` with a backlog of [`LISTEN_BACKLOG`].
 pub fn listen(address: SocketAddr) -> io::Result<TcpListener> {
     let socket = if address.is_ipv4() {
@@ -73,10 +64,6 @@ pub fn listen(address: SocketAddr) -> io::Result<TcpListener> {
     socket.bind(address)?;
     socket.listen(LISTEN_BACKLOG)
 }
-
-/// A request's connection was accepted over the limit: only health and metrics are served.
-#[derive(Debug, Clone, Copy)]
-pub struct OverLimit;
 
 /// Accepts and serves connections on `listener` with `app` for as long as the server runs.
 ///
@@ -93,6 +80,7 @@ pub async fn serve(
     until: impl Future<Output = ()>,
     open: Arc<AtomicUsize>,
     out_of_files_now: impl Fn(),
+    engine: HttpEngine,
 ) {
     let (closing, closing_now) = watch::channel(false);
     let mut spare = File::open("/dev/null").ok();
@@ -156,7 +144,12 @@ pub async fn serve(
         let open = open.clone();
         let closing = closing_now.clone();
         tokio::spawn(async move {
-            serve_connection(stream, app, limits, open, closing).await;
+            match engine {
+                HttpEngine::Hyper => serve_connection(stream, app, limits, open, closing).await,
+                HttpEngine::Syncline => {
+                    super::http1::serve_connection(stream, app, limits, open, closing).await;
+                }
+            }
             drop(guard);
         });
     }
@@ -272,96 +265,6 @@ impl Body for TrackedBody {
     }
 }
 
-/// A stream whose writes fail once they have made no progress for the send timeout.
-struct SendTimeout<S> {
-    inner: S,
-    timeout: Duration,
-    stalled: Option<Pin<Box<Sleep>>>,
-}
-
-impl<S> SendTimeout<S> {
-    fn new(inner: S, timeout: Duration) -> Self {
-        SendTimeout {
-            inner,
-            timeout,
-            stalled: None,
-        }
-    }
-
-    /// After a write that could not proceed: fails once it has waited the timeout.
-    fn check_stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let timeout = self.timeout;
-        let stalled = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match stalled.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client stopped reading the response",
-            )),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for SendTimeout<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for SendTimeout<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.check_stalled(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
-        }
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.check_stalled(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.check_stalled(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
-        }
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// The default connection limit for an open-files limit of `open_files`: three quarters of it,
 /// the rest being left for shape logs, Postgres connections and the reserve.
 pub fn default_max_connections(open_files: u64) -> usize {
@@ -384,18 +287,5 @@ mod tests {
             default_max_connections(1 << 20),
             786_432 - RESERVED_CONNECTIONS
         );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_write_that_never_proceeds_times_out() {
-        let (client, server) = tokio::io::duplex(16);
-        let mut stream = SendTimeout::new(server, Duration::from_secs(30));
-        let writing = tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            stream.write_all(&[0u8; 1024]).await
-        });
-        let error = writing.await.unwrap().unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        drop(client);
     }
 }

@@ -43,7 +43,7 @@ use crate::shapes::{Blame, CreateError, Shape, ShapeDefinition, ShapeState};
 use crate::state::AppState;
 
 /// Largest POST body accepted (Electric's, from Plug's default: 8,000,000 bytes).
-const POST_BODY_BYTES_MAX: usize = 8_000_000;
+pub(super) const POST_BODY_BYTES_MAX: usize = 8_000_000;
 
 /// Makes no-change etags unique.
 static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);

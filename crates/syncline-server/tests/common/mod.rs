@@ -184,10 +184,20 @@ pub fn config(database_url: &str, storage: &std::path::Path) -> Config {
         parked_logs_max: None,
         http_idle_timeout: Duration::from_secs(60),
         tcp_send_timeout: Duration::from_secs(30),
+        http_engine: http_engine(),
         idle_log_park: Duration::from_secs(60),
         role: RoleSetting::Auto,
         follow: FollowMode::Inotify,
         follow_poll_interval: Duration::from_millis(100),
         log_format: "text".into(),
     }
+}
+
+/// The HTTP engine the servers of a test use: `SYNCLINE_HTTP_ENGINE` (which spawned servers
+/// read too), else the default.
+pub fn http_engine() -> syncline_server::config::HttpEngine {
+    std::env::var("SYNCLINE_HTTP_ENGINE")
+        .ok()
+        .and_then(|v| clap::ValueEnum::from_str(&v, true).ok())
+        .unwrap_or_default()
 }
