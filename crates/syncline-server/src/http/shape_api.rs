@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_ENCODING, CONTENT_TYPE,
-    ETAG, VARY,
+    ACCEPT_ENCODING, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_REQUEST_HEADERS,
+    CONTENT_ENCODING, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -60,7 +60,7 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         return options(&parts.headers);
     }
     let query = parts.uri.query().unwrap_or("").to_owned();
-    let headers = owned_headers(&parts.headers);
+    let headers = answer_headers(&parts.headers);
     drop(parts);
     if !authorized(state.config.secret.as_deref(), &query) {
         return unauthorized();
@@ -99,16 +99,20 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
     }
 }
 
-/// A copy of `headers` whose values own their bytes (see [`handle`]).
-fn owned_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut owned = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let mut copy =
-            HeaderValue::from_bytes(value.as_bytes()).expect("a header value stays valid");
-        copy.set_sensitive(value.is_sensitive());
-        owned.append(name.clone(), copy);
+/// The request headers an answer reads (`accept-encoding` for compression, `if-none-match`
+/// for caching), copied so that they own their bytes (see [`handle`]): a parked long-poll
+/// keeps these and nothing else of its request's head.
+fn answer_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for name in [ACCEPT_ENCODING, IF_NONE_MATCH] {
+        for value in headers.get_all(&name) {
+            let mut copy =
+                HeaderValue::from_bytes(value.as_bytes()).expect("a header value stays valid");
+            copy.set_sensitive(value.is_sensitive());
+            kept.append(name.clone(), copy);
+        }
     }
-    owned
+    kept
 }
 
 fn options(request: &HeaderMap) -> Response {
