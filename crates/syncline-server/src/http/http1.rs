@@ -79,7 +79,9 @@ pub(super) async fn serve_connection(
         let head = match head {
             Ok(Ok(Some(head))) => head,
             Ok(Err(Failure::Status(status))) => {
-                let _ = write_refusal(&mut io, status).await;
+                if write_refusal(&mut io, status).await.is_ok() {
+                    linger(&mut io).await;
+                }
                 return;
             }
             Err(_) | Ok(Ok(None) | Err(Failure::Gone)) => return,
@@ -88,7 +90,9 @@ pub(super) async fn serve_connection(
         let body = match read_body(&mut io, &mut pending, &head, limits.idle_timeout).await {
             Ok(body) => body,
             Err(Failure::Status(status)) => {
-                let _ = write_refusal(&mut io, status).await;
+                if write_refusal(&mut io, status).await.is_ok() {
+                    linger(&mut io).await;
+                }
                 return;
             }
             Err(Failure::Gone) => return,
@@ -305,6 +309,10 @@ async fn read_body(
         BodyLength::Length(n) => {
             let n = usize::try_from(n).expect("bounded by BODY_BYTES_MAX");
             fill(io, pending, n, idle).await?;
+            if pending.len() == n {
+                // The usual case: nothing after the body yet, whose bytes move, not copied.
+                return Ok(RequestBody::Whole(std::mem::take(pending)));
+            }
             Ok(RequestBody::Whole(pending.drain(..n).collect()))
         }
         BodyLength::Chunked => read_chunked(io, pending, idle).await,
@@ -428,10 +436,10 @@ enum Framing {
     Close,
 }
 
-/// Ends a connection whose request body was not read: its end is sent, and what the client
-/// still sends is read and dropped for a while (up to [`LINGER`] and [`LINGER_BYTES_MAX`]), so
-/// that closing with unread bytes (which makes the kernel reset the connection) does not
-/// destroy the answer before the client has read it.
+/// Ends a connection whose request was not read whole (a body over the limit, a refused head):
+/// its end is sent, and what the client still sends is read and dropped for a while (up to
+/// [`LINGER`] and [`LINGER_BYTES_MAX`]), so that closing with unread bytes (which makes the
+/// kernel reset the connection) does not destroy the answer before the client has read it.
 async fn linger(io: &mut SendTimeout<TcpStream>) {
     if io.shutdown().await.is_err() {
         return;
@@ -599,7 +607,8 @@ async fn write_pair(
     Ok(())
 }
 
-/// Answers a head that cannot be served with `status`, and says the connection closes.
+/// Answers a head that cannot be served with `status`, saying the connection closes (the
+/// caller then lingers: the rest of the request may still be arriving).
 async fn write_refusal(io: &mut SendTimeout<TcpStream>, status: StatusCode) -> io::Result<()> {
     let mut out = Vec::with_capacity(160);
     status_line(&mut out, Version::HTTP_11, status);
@@ -611,8 +620,7 @@ async fn write_refusal(io: &mut SendTimeout<TcpStream>, status: StatusCode) -> i
         httpdate::fmt_http_date(SystemTime::now()).as_bytes(),
     );
     out.extend_from_slice(b"\r\n");
-    io.write_all(&out).await?;
-    io.shutdown().await
+    io.write_all(&out).await
 }
 
 fn status_line(out: &mut Vec<u8>, version: Version, status: StatusCode) {
