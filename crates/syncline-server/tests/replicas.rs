@@ -71,6 +71,20 @@ async fn health(server: &Syncline, http: &reqwest::Client) -> Option<(u16, Value
     Some((status, serde_json::from_str(&r.text().await.ok()?).ok()?))
 }
 
+/// Starts a standby and a replica beside the writer on `storage`, and waits until both serve.
+async fn standby_and_replica(
+    cluster: &PgCluster,
+    storage: &Path,
+    logs: &Path,
+    http: &reqwest::Client,
+) -> (Syncline, Syncline) {
+    let standby = serve(cluster, storage, "auto", &logs.join("standby.log"));
+    let replica = serve(cluster, storage, "replica", &logs.join("replica.log"));
+    wait_role(&standby, http, "standby").await;
+    wait_role(&replica, http, "replica").await;
+    (standby, replica)
+}
+
 /// Waits until the server serves in `role`; returns how long that took.
 async fn wait_role(server: &Syncline, http: &reqwest::Client, role: &str) -> Duration {
     let started = Instant::now();
@@ -175,15 +189,7 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
     f.converge(&writer, &http, &table_titles(&db, "true").await, &logs)
         .await;
 
-    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
-    let replica = serve(
-        &cluster,
-        storage.path(),
-        "replica",
-        &logs.join("replica.log"),
-    );
-    wait_role(&standby, &http, "standby").await;
-    wait_role(&replica, &http, "replica").await;
+    let (standby, replica) = standby_and_replica(&cluster, storage.path(), &logs, &http).await;
 
     // Every response the writer gives, the others give byte for byte.
     let initial = get(&writer, &http, "table=items&offset=-1").await;
@@ -448,15 +454,7 @@ async fn a_standby_and_a_replica_never_write_a_byte() {
         f.catch_up(&writer, &http).await.unwrap();
         shapes.push(f);
     }
-    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
-    let replica = serve(
-        &cluster,
-        storage.path(),
-        "replica",
-        &logs.join("replica.log"),
-    );
-    wait_role(&standby, &http, "standby").await;
-    wait_role(&replica, &http, "replica").await;
+    let (standby, replica) = standby_and_replica(&cluster, storage.path(), &logs, &http).await;
 
     let loading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let load = tokio::spawn({
@@ -548,15 +546,7 @@ async fn a_handle_whose_snapshot_the_writer_is_taking_is_not_gone_on_a_standby_o
     // only thing the lock holds up.
     let mut f = Follower::start("table=items", &writer, &http).await;
     f.catch_up(&writer, &http).await.unwrap();
-    let standby = serve(&cluster, storage.path(), "auto", &logs.join("standby.log"));
-    let replica = serve(
-        &cluster,
-        storage.path(),
-        "replica",
-        &logs.join("replica.log"),
-    );
-    wait_role(&standby, &http, "standby").await;
-    wait_role(&replica, &http, "replica").await;
+    let (standby, replica) = standby_and_replica(&cluster, storage.path(), &logs, &http).await;
     let before = log_handles(storage.path());
 
     // The snapshot's query waits for the table's lock: the writer has made the shape's log,
