@@ -858,6 +858,35 @@ mod tests {
         assert!(close.contains("connection: close\r\n"), "{close}");
     }
 
+    /// Sends `head` then `filler` more bytes as a client that does not read until it has sent
+    /// everything (as hyper's and reqwest's clients do): every write must succeed, so the
+    /// server read (and dropped) what it did not use instead of resetting the connection.
+    /// Returns what the server answered.
+    async fn send_all_then_read(
+        address: std::net::SocketAddr,
+        head: &[u8],
+        filler: usize,
+    ) -> String {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream.write_all(head).await.unwrap();
+        let chunk = vec![b'x'; 64 << 10];
+        let mut sent = 0;
+        while sent < filler {
+            let n = chunk.len().min(filler - sent);
+            if let Err(e) = stream.write_all(&chunk[..n]).await {
+                panic!("the server reset the connection after {sent} bytes: {e}");
+            }
+            sent += n;
+        }
+        stream.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut got))
+            .await
+            .expect("the server closes the connection")
+            .expect("the answer is read whole");
+        String::from_utf8(got).unwrap()
+    }
+
     #[tokio::test]
     async fn a_body_over_the_limit_is_not_read_and_its_answer_still_arrives() {
         let address = start(Arc::default()).await;
@@ -865,29 +894,23 @@ mod tests {
             "POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
             BODY_BYTES_MAX + 1
         );
-        let mut stream = TcpStream::connect(address).await.unwrap();
-        stream.write_all(head.as_bytes()).await.unwrap();
-        // The client keeps sending while the answer comes back.
-        let sending = tokio::spawn(async move {
-            let chunk = vec![b'x'; 64 << 10];
-            let mut sent = 0;
-            while sent <= BODY_BYTES_MAX {
-                if stream.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                sent += chunk.len();
-            }
-            stream
-        });
-        let mut stream = sending.await.unwrap();
-        let mut got = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut got)).await;
-        let text = String::from_utf8_lossy(&got);
+        let got = send_all_then_read(address, head.as_bytes(), BODY_BYTES_MAX + 1).await;
         assert!(
-            text.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
-            "{text}"
+            got.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+            "{got}"
         );
-        assert!(text.contains("connection: close\r\n"), "{text}");
+        assert!(got.contains("connection: close\r\n"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_is_answered_while_the_client_still_sends_it() {
+        let address = start(Arc::default()).await;
+        let got = send_all_then_read(address, b"GET /", 16 << 20).await;
+        assert!(
+            got.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+            "{got}"
+        );
+        assert!(got.contains("connection: close\r\n"), "{got}");
     }
 
     #[tokio::test]
