@@ -79,7 +79,7 @@ pub(super) async fn serve_connection(
         let head = match head {
             Ok(Ok(Some(head))) => head,
             Ok(Err(Failure::Status(status))) => {
-                if write_refusal(&mut io, status).await.is_ok() {
+                if refuse(&mut io, status).await.is_ok() {
                     linger(&mut io).await;
                 }
                 return;
@@ -90,7 +90,7 @@ pub(super) async fn serve_connection(
         let body = match read_body(&mut io, &mut pending, &head, limits.idle_timeout).await {
             Ok(body) => body,
             Err(Failure::Status(status)) => {
-                if write_refusal(&mut io, status).await.is_ok() {
+                if refuse(&mut io, status).await.is_ok() {
                     linger(&mut io).await;
                 }
                 return;
@@ -609,18 +609,10 @@ async fn write_pair(
 
 /// Answers a head that cannot be served with `status`, saying the connection closes (the
 /// caller then lingers: the rest of the request may still be arriving).
-async fn write_refusal(io: &mut SendTimeout<TcpStream>, status: StatusCode) -> io::Result<()> {
-    let mut out = Vec::with_capacity(160);
-    status_line(&mut out, Version::HTTP_11, status);
-    field(&mut out, "content-length", b"0");
-    field(&mut out, "connection", b"close");
-    field(
-        &mut out,
-        "date",
-        httpdate::fmt_http_date(SystemTime::now()).as_bytes(),
-    );
-    out.extend_from_slice(b"\r\n");
-    io.write_all(&out).await
+async fn refuse(io: &mut SendTimeout<TcpStream>, status: StatusCode) -> io::Result<bool> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    write_response(io, response, Version::HTTP_11, false, false).await
 }
 
 fn status_line(out: &mut Vec<u8>, version: Version, status: StatusCode) {
