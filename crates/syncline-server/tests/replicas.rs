@@ -71,6 +71,20 @@ async fn health(server: &Syncline, http: &reqwest::Client) -> Option<(u16, Value
     Some((status, serde_json::from_str(&r.text().await.ok()?).ok()?))
 }
 
+/// Starts the writer on `storage` and a client of `table=items` caught up with it.
+async fn writer_with_items_shape(
+    cluster: &PgCluster,
+    storage: &Path,
+    logs: &Path,
+    http: &reqwest::Client,
+) -> (Syncline, Follower) {
+    let writer = serve(cluster, storage, "auto", &logs.join("writer.log"));
+    wait_role(&writer, http, "writer").await;
+    let mut f = Follower::start("table=items", &writer, http).await;
+    f.catch_up(&writer, http).await.unwrap();
+    (writer, f)
+}
+
 /// Starts a standby and a replica beside the writer on `storage`, and waits until both serve.
 async fn standby_and_replica(
     cluster: &PgCluster,
@@ -177,10 +191,7 @@ async fn standbys_and_replicas_serve_the_writers_shapes_byte_for_byte_and_live()
     let (cluster, db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
     let http = common::http_client();
-    let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
-    wait_role(&writer, &http, "writer").await;
-    let mut f = Follower::start("table=items", &writer, &http).await;
-    f.catch_up(&writer, &http).await.unwrap();
+    let (writer, mut f) = writer_with_items_shape(&cluster, storage.path(), &logs, &http).await;
     db.batch_execute("UPDATE items SET title = 'changed' WHERE id <= 5")
         .await
         .unwrap();
@@ -540,12 +551,9 @@ async fn a_handle_whose_snapshot_the_writer_is_taking_is_not_gone_on_a_standby_o
     let (cluster, _db, logs) = cluster().await;
     let storage = tempfile::tempdir().unwrap();
     let http = common::http_client();
-    let writer = serve(&cluster, storage.path(), "auto", &logs.join("writer.log"));
-    wait_role(&writer, &http, "writer").await;
     // The table is published once its first shape exists: the blocked snapshot below is the
     // only thing the lock holds up.
-    let mut f = Follower::start("table=items", &writer, &http).await;
-    f.catch_up(&writer, &http).await.unwrap();
+    let (writer, _items) = writer_with_items_shape(&cluster, storage.path(), &logs, &http).await;
     let (standby, replica) = standby_and_replica(&cluster, storage.path(), &logs, &http).await;
     let before = log_handles(storage.path());
 
