@@ -20,6 +20,7 @@ mod sse;
 mod subset;
 pub mod subset_body;
 
+use std::future::{ready, Future};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -32,6 +33,8 @@ use axum::http::header::{
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use futures_util::future::Either;
+use futures_util::FutureExt;
 use syncline_core::wire::{header, JSON_CONTENT_TYPE};
 
 use crate::health::Phase;
@@ -50,7 +53,16 @@ static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Routes by the normalised path (`/v1/shape/`, `/v1//shape` and `/v1/%73hape` are the shape
 /// route), then adds the headers every response carries.
-async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response {
+///
+/// Only the shape route waits; the others answer at once. A plain function returning a
+/// mapped future, not an `async fn`: the future then keeps what the headers need beside the
+/// shape route's own future, once (an `async fn` keeps room for its arguments for as long as
+/// it runs, and an awaited future in an `async` block is moved into a second place; a
+/// long-poll may wait minutes).
+fn dispatch(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> impl Future<Output = Response> + Send {
     let started = std::time::Instant::now();
     let raw_path = request.uri().path().to_owned();
     // Copied, not shared: a shared value keeps the connection's read buffer alive while a
@@ -66,69 +78,71 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .extensions()
         .get::<connection::OverLimit>()
         .is_some();
-    let mut response = match (path.as_str(), &method) {
-        ("/v1/health" | "/metrics", _) => route(&state, &path, &method, request).await,
+    let answer = match path.as_str() {
+        "/v1/health" | "/metrics" => Either::Left(ready(route(&state, &path, &method, request))),
         _ if over_limit => {
             let mut response = reply::unavailable(r#"{"message":"Too many connections"}"#);
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,
                 HeaderValue::from_static("close"),
             );
-            response
+            Either::Left(ready(response))
         }
-        _ => route(&state, &path, &method, request).await,
+        "/v1/shape" => Either::Right(shape_api::handle(state.clone(), request)),
+        _ => Either::Left(ready(route(&state, &path, &method, request))),
     };
-    let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
-    let headers = response.headers_mut();
-    headers.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
-    let id = format!("{:016x}", REQUEST_IDS.fetch_add(1, Ordering::Relaxed));
-    headers.insert("x-request-id", HeaderValue::from_str(&id).expect("hex"));
-    if !unauthorized {
-        // The origin is echoed: a cached response must not answer another origin.
-        if origin.is_some() {
-            headers.append(VARY, HeaderValue::from_static("origin"));
+    answer.map(move |mut response| {
+        let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
+        let headers = response.headers_mut();
+        headers.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
+        let id = format!("{:016x}", REQUEST_IDS.fetch_add(1, Ordering::Relaxed));
+        headers.insert("x-request-id", HeaderValue::from_str(&id).expect("hex"));
+        if !unauthorized {
+            // The origin is echoed: a cached response must not answer another origin.
+            if origin.is_some() {
+                headers.append(VARY, HeaderValue::from_static("origin"));
+            }
+            headers.insert(
+                ACCESS_CONTROL_ALLOW_ORIGIN,
+                origin.unwrap_or(HeaderValue::from_static("*")),
+            );
+            headers.insert(
+                ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(if is_shape {
+                    "GET, POST, HEAD, DELETE, OPTIONS"
+                } else {
+                    "GET, HEAD"
+                }),
+            );
+            headers.insert(
+                ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(header::EXPOSED),
+            );
         }
-        headers.insert(
-            ACCESS_CONTROL_ALLOW_ORIGIN,
-            origin.unwrap_or(HeaderValue::from_static("*")),
+        if !headers.contains_key(CACHE_CONTROL) {
+            headers.insert(
+                CACHE_CONTROL,
+                HeaderValue::from_static("max-age=0, private, must-revalidate"),
+            );
+        }
+        let status = response.status().as_u16();
+        state.metrics.request(method.as_str(), status);
+        tracing::debug!(
+            method = %method,
+            path = raw_path,
+            status,
+            duration_ms = started.elapsed().as_secs_f64() * 1e3,
+            request_id = id,
+            "request"
         );
-        headers.insert(
-            ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static(if is_shape {
-                "GET, POST, HEAD, DELETE, OPTIONS"
-            } else {
-                "GET, HEAD"
-            }),
-        );
-        headers.insert(
-            ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(header::EXPOSED),
-        );
-    }
-    if !headers.contains_key(CACHE_CONTROL) {
-        headers.insert(
-            CACHE_CONTROL,
-            HeaderValue::from_static("max-age=0, private, must-revalidate"),
-        );
-    }
-    let status = response.status().as_u16();
-    state.metrics.request(method.as_str(), status);
-    tracing::debug!(
-        method = %method,
-        path = raw_path,
-        status,
-        duration_ms = started.elapsed().as_secs_f64() * 1e3,
-        request_id = id,
-        "request"
-    );
-    response
+        response
+    })
 }
 
-/// The response of the route `path` names.
-async fn route(state: &Arc<AppState>, path: &str, method: &Method, request: Request) -> Response {
+/// The response of a route other than the shape route's.
+fn route(state: &Arc<AppState>, path: &str, method: &Method, request: Request) -> Response {
     let metrics_here = state.config.prometheus_port.is_none();
     match (path, method) {
-        ("/v1/shape", _) => shape_api::handle(state.clone(), request).await,
         ("/v1/health", &Method::GET | &Method::HEAD) => health(state),
         ("/metrics", &Method::GET) if metrics_here => {
             let query = request.uri().query().unwrap_or("");

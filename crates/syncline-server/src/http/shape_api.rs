@@ -1,7 +1,7 @@
 //! `/v1/shape`: resolving a request to a shape (creating it when needed), and answering it from
 //! the shape log by offset, live or not.
 
-use std::future::Future;
+use std::future::{ready, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +15,8 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
+use futures_util::FutureExt;
 use rand::Rng;
 use syncline_core::wire::{self, header, JSON_CONTENT_TYPE};
 use syncline_core::{LogOffset, RelationDesc};
@@ -50,20 +52,45 @@ static NO_CHANGE_SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// Answers any method on `/v1/shape`.
 ///
-/// The request itself is dropped before the shape is served: its URI and header values share
-/// the connection's read buffer, which a parked long-poll would otherwise keep alive beside the
-/// buffer the connection reads its next request into.
-pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
+/// In two stages, so that a waiting request holds only what its answer reads: [`accept`]
+/// reads and checks the request and finds (or creates) its shape in a future boxed on its own
+/// and freed when it ends (it is large: creating a shape queries the catalog); the future that
+/// then answers from the shape log, and may wait there for new data, keeps a
+/// [`ShapeRequest`]. The request itself is dropped in the first stage: its URI and header
+/// values share the connection's read buffer, which a parked long-poll would otherwise keep
+/// alive.
+pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Response> + Send {
+    Box::pin(accept(state, request)).then(|accepted| match accepted {
+        Ok(accepted) => Either::Left(accepted.answer()),
+        Err(response) => Either::Right(ready(response)),
+    })
+}
+
+/// A request accepted for a shape: what answering it from the shape log needs.
+struct ShapeRequest {
+    state: Arc<AppState>,
+    shape: Arc<Shape>,
+    method: Method,
+    params: ShapeParams,
+    /// The request headers the answer reads ([`answer_headers`]).
+    headers: HeaderMap,
+    /// The request's admission place, held until it is answered (or its SSE stream ends).
+    ticket: Ticket,
+}
+
+/// The shape a request names, with its parameters checked and an admission place taken; or
+/// the response that ends the request here (its errors, `OPTIONS`, `DELETE`).
+async fn accept(state: Arc<AppState>, request: Request) -> Result<ShapeRequest, Response> {
     let (parts, body) = request.into_parts();
     let method = parts.method.clone();
     if method == Method::OPTIONS {
-        return options(&parts.headers);
+        return Err(options(&parts.headers));
     }
     let query = parts.uri.query().unwrap_or("").to_owned();
     let headers = answer_headers(&parts.headers);
     drop(parts);
     if !authorized(state.config.secret.as_deref(), &query) {
-        return unauthorized();
+        return Err(unauthorized());
     }
     let gate = if method == Method::DELETE {
         Gate::Write
@@ -71,7 +98,7 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
         Gate::Read
     };
     if let Err(unmet) = state.health.wait(gate).await {
-        return not_ready(&unmet);
+        return Err(not_ready(&unmet));
     }
     let params = match method {
         Method::GET | Method::HEAD => parse_shape_params(&query, None),
@@ -79,23 +106,68 @@ pub async fn handle(state: Arc<AppState>, request: Request) -> Response {
             let bytes = match axum::body::to_bytes(body, POST_BODY_BYTES_MAX).await {
                 Ok(b) => b,
                 Err(_) => {
-                    return json(
+                    return Err(json(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         r#"{"error":"Request body too large"}"#.into(),
-                    )
+                    ))
                 }
             };
             match parse_subset_body(&bytes) {
                 Ok(body) => parse_shape_params(&query, body.as_ref()),
-                Err(e) => return json(e.status(), e.body()),
+                Err(e) => return Err(json(e.status(), e.body())),
             }
         }
-        Method::DELETE => return Box::pin(delete(&state, &query)).await,
-        _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        Method::DELETE => return Err(delete(&state, &query).await),
+        _ => return Err(StatusCode::METHOD_NOT_ALLOWED.into_response()),
     };
-    match params {
-        Ok(params) => get(&state, &method, &params, &headers).await,
-        Err(errors) => invalid(&method, &errors),
+    let params = params.map_err(|errors| invalid(&method, &errors))?;
+    let kind = match params.offset {
+        RequestOffset::BeforeAll => Kind::Initial,
+        _ => Kind::Existing,
+    };
+    let ticket = state
+        .admission
+        .enter(kind, &state.metrics)
+        .map_err(|refused| rejected(&refused))?;
+    let shape = resolve(&state, &method, &params).await?;
+    shape.touch();
+    Ok(ShapeRequest {
+        state,
+        shape,
+        method,
+        params,
+        headers,
+        ticket,
+    })
+}
+
+impl ShapeRequest {
+    /// Answers from the shape log. A plain function returning the future, not an `async fn`:
+    /// an `async fn` would keep a second copy of `self` in its future for as long as it waits.
+    #[allow(clippy::manual_async_fn)]
+    fn answer(self) -> impl Future<Output = Response> + Send {
+        async move {
+            let serve = Serve {
+                state: &self.state,
+                shape: &self.shape,
+                method: &self.method,
+                params: &self.params,
+                request: &self.headers,
+                ticket: self.ticket,
+            };
+            let from = match self.params.offset {
+                RequestOffset::After(o) => Some(o),
+                RequestOffset::BeforeAll | RequestOffset::Now => None,
+            };
+            if let Err(e) = self.shape.load_end(from) {
+                return serve.read_failed(&e).await;
+            }
+            match &self.params.subset {
+                // Boxed, like `gone`: a subset runs its own Postgres query.
+                Some(subset) => Box::pin(serve.subset(subset)).await,
+                None => serve.run().await,
+            }
+        }
     }
 }
 
@@ -131,48 +203,6 @@ fn options(request: &HeaderMap) -> Response {
         headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, value);
     }
     response
-}
-
-async fn get(
-    state: &Arc<AppState>,
-    method: &Method,
-    params: &ShapeParams,
-    request: &HeaderMap,
-) -> Response {
-    let kind = match params.offset {
-        RequestOffset::BeforeAll => Kind::Initial,
-        _ => Kind::Existing,
-    };
-    let ticket = match state.admission.enter(kind, &state.metrics) {
-        Ok(ticket) => ticket,
-        Err(refused) => return rejected(&refused),
-    };
-    // Boxed, like `gone`: creating a shape is a large future and runs once per shape.
-    let shape = match Box::pin(resolve(state, method, params)).await {
-        Ok(shape) => shape,
-        Err(response) => return response,
-    };
-    shape.touch();
-    let serve = Serve {
-        state,
-        shape: &shape,
-        method,
-        params,
-        request,
-        ticket,
-    };
-    let from = match params.offset {
-        RequestOffset::After(o) => Some(o),
-        RequestOffset::BeforeAll | RequestOffset::Now => None,
-    };
-    if let Err(e) = shape.load_end(from) {
-        return serve.read_failed(&e).await;
-    }
-    match &params.subset {
-        // Boxed, like `gone`: a subset runs its own Postgres query.
-        Some(subset) => Box::pin(serve.subset(subset)).await,
-        None => serve.run().await,
-    }
 }
 
 /// The shape a request names, or the response that ends it (400, 409, 503).
