@@ -16,7 +16,9 @@
 //! `date`. A client that closes its connection while its request waits cancels the request.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -71,44 +73,60 @@ pub(super) async fn serve_connection(
     let mut io = SendTimeout::new(stream, limits.send_timeout);
     let mut pending = Vec::new();
     loop {
-        let waiting_idle = pending.is_empty();
-        let head = tokio::select! {
-            head = tokio::time::timeout(limits.idle_timeout, read_head(&mut io, &mut pending)) => head,
-            () = async { drop(closing.wait_for(|c| *c).await) }, if waiting_idle => return,
-        };
-        let head = match head {
-            Ok(Ok(Some(head))) => head,
-            Ok(Err(Failure::Status(status))) => {
-                if refuse(&mut io, status).await.is_ok() {
-                    linger(&mut io).await;
+        // The head and the request are scoped to this block: the connection's future then
+        // keeps no room for them while the application answers (a long-poll may wait minutes).
+        let (call, exchange) = {
+            let waiting_idle = pending.is_empty();
+            let head = tokio::select! {
+                head = tokio::time::timeout(limits.idle_timeout, read_head(&mut io, &mut pending)) => head,
+                () = async { drop(closing.wait_for(|c| *c).await) }, if waiting_idle => return,
+            };
+            let head = match head {
+                Ok(Ok(Some(head))) => head,
+                Ok(Err(Failure::Status(status))) => {
+                    if Box::pin(refuse(&mut io, status)).await.is_ok() {
+                        linger(&mut io).await;
+                    }
+                    return;
                 }
-                return;
-            }
-            Err(_) | Ok(Ok(None) | Err(Failure::Gone)) => return,
-        };
-        let version = head.parts.version;
-        let body = match read_body(&mut io, &mut pending, &head, limits.idle_timeout).await {
-            Ok(body) => body,
-            Err(Failure::Status(status)) => {
-                if refuse(&mut io, status).await.is_ok() {
-                    linger(&mut io).await;
+                Err(_) | Ok(Ok(None) | Err(Failure::Gone)) => return,
+            };
+            let body = match read_body(&mut io, &mut pending, &head, limits.idle_timeout).await {
+                Ok(body) => body,
+                Err(Failure::Status(status)) => {
+                    if Box::pin(refuse(&mut io, status)).await.is_ok() {
+                        linger(&mut io).await;
+                    }
+                    return;
                 }
-                return;
+                Err(Failure::Gone) => return,
+            };
+            let exchange = Exchange {
+                version: head.parts.version,
+                head_request: head.parts.method == Method::HEAD,
+                keep_alive: head.keep_alive,
+                body_read: !matches!(body, RequestBody::TooLarge),
+            };
+            let mut request = Request::from_parts(head.parts, body.into_body());
+            if open.load(Ordering::Acquire) > limits.max_connections {
+                request.extensions_mut().insert(OverLimit);
             }
-            Err(Failure::Gone) => return,
+            (app.clone().oneshot(request), exchange)
         };
-        let body_read = !matches!(body, RequestBody::TooLarge);
-        let mut request = Request::from_parts(head.parts, body.into_body());
-        if open.load(Ordering::Acquire) > limits.max_connections {
-            request.extensions_mut().insert(OverLimit);
-        }
-        let head_request = request.method() == Method::HEAD;
-        let Some(response) =
-            answer_or_hang_up(&mut io, &mut pending, app.clone().oneshot(request)).await
-        else {
+        let response = {
+            let call = std::pin::pin!(call);
+            answer_or_hang_up(&mut io, &mut pending, call).await
+        };
+        let Some(response) = response else {
             return;
         };
-        let keep_alive = head.keep_alive && body_read && !*closing.borrow();
+        let Exchange {
+            version,
+            head_request,
+            keep_alive,
+            body_read,
+        } = exchange;
+        let keep_alive = keep_alive && body_read && !*closing.borrow();
         match write_response(&mut io, response, version, head_request, keep_alive).await {
             Ok(true) => {}
             Ok(false) if body_read => {
@@ -129,6 +147,16 @@ pub(super) async fn serve_connection(
             pending = Vec::new();
         }
     }
+}
+
+/// What answering a request needs to know of it once the request went to the application.
+struct Exchange {
+    version: Version,
+    head_request: bool,
+    /// The request allows the connection to stay open.
+    keep_alive: bool,
+    /// The request's body was read whole (the connection can read the next request).
+    body_read: bool,
 }
 
 /// Why a connection stops: the client went away (or sent nothing usable to answer), or its
@@ -398,9 +426,8 @@ async fn fill(
 async fn answer_or_hang_up(
     io: &mut SendTimeout<TcpStream>,
     pending: &mut Vec<u8>,
-    call: impl std::future::Future<Output = Result<Response<Body>, Infallible>>,
+    mut call: Pin<&mut impl Future<Output = Result<Response<Body>, Infallible>>>,
 ) -> Option<Response<Body>> {
-    tokio::pin!(call);
     loop {
         if pending.len() >= PIPELINED_BYTES_MAX {
             let Ok(response) = call.await;
@@ -456,15 +483,39 @@ async fn linger(io: &mut SendTimeout<TcpStream>) {
 }
 
 /// Writes `response` to a request of `version` (`head_request`: its body is not sent);
-/// returns whether the connection may carry another request.
-async fn write_response(
+/// returns whether the connection may carry another request. The head is framed before the
+/// future is made, so that the future (inside every connection's) has no room for it.
+fn write_response(
     io: &mut SendTimeout<TcpStream>,
     response: Response<Body>,
     version: Version,
     head_request: bool,
+    keep_alive: bool,
+) -> impl Future<Output = io::Result<bool>> + '_ {
+    write_message(io, frame_head(response, version, head_request, keep_alive))
+}
+
+/// A response's head in wire bytes, and how its body follows.
+struct FramedHead {
+    /// The status line and header fields, with the blank line that ends them.
+    bytes: Vec<u8>,
+    /// The body to send (`None`: a response to `HEAD`, or a status that has none).
+    body: Option<Body>,
+    framing: Framing,
+    /// The connection may carry another request after this response.
+    keep_alive: bool,
+}
+
+/// Frames `response`'s head as hyper frames it: `content-length` from an exact size hint,
+/// else chunked (an HTTP/1.0 response of unknown length runs until the connection closes);
+/// `connection` and `date` when the response does not set them.
+fn frame_head(
+    response: Response<Body>,
+    version: Version,
+    head_request: bool,
     mut keep_alive: bool,
-) -> io::Result<bool> {
-    let (parts, mut body) = response.into_parts();
+) -> FramedHead {
+    let (parts, body) = response.into_parts();
     let status = parts.status;
     let bodyless = status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -539,11 +590,27 @@ async fn write_response(
         );
     }
     out.extend_from_slice(b"\r\n");
-    if head_request || bodyless {
+    FramedHead {
+        bytes: out,
+        body: (!head_request && !bodyless).then_some(body),
+        framing,
+        keep_alive,
+    }
+}
+
+/// Writes a framed head and its body.
+async fn write_message(io: &mut SendTimeout<TcpStream>, head: FramedHead) -> io::Result<bool> {
+    let FramedHead {
+        bytes: mut out,
+        body,
+        framing,
+        keep_alive,
+    } = head;
+    let Some(mut body) = body else {
         io.write_all(&out).await?;
         io.flush().await?;
         return Ok(keep_alive);
-    }
+    };
     loop {
         // Gathered bytes go out whenever the body has nothing more at once (a live stream's
         // events reach the client as they come).
@@ -608,7 +675,8 @@ async fn write_pair(
 }
 
 /// Answers a head that cannot be served with `status`, saying the connection closes (the
-/// caller then lingers: the rest of the request may still be arriving).
+/// caller then lingers: the rest of the request may still be arriving). Callers box its
+/// future: it is rare, and inline it would enlarge every connection's future by its size.
 async fn refuse(io: &mut SendTimeout<TcpStream>, status: StatusCode) -> io::Result<bool> {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
