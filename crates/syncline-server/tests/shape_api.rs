@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{fixture, fixture_with};
 use serde_json::json;
+use syncline_core::ReplicaIdentity;
 
 const ITEMS: &str = "CREATE TABLE items (id int PRIMARY KEY, title text, flag bool, n numeric);
      INSERT INTO items VALUES (1, 'one', true, 1.5), (2, 'two/2', false, NULL), (3, 'three', NULL, 3);";
@@ -1061,6 +1062,22 @@ async fn shapes_on_one_table_share_its_description() {
     f.sync("table=other&where=id%20%3E%201").await;
     assert!(Arc::ptr_eq(&changed.relation, &shapes[4].schema_relation()));
     assert!(Arc::ptr_eq(other, &shapes[4].relation));
+}
+
+/// The first shape on a table is made before publishing sets `REPLICA IDENTITY FULL`; it then
+/// holds the table's description as published, the one later shapes on the table hold (shapes
+/// share a snapshot only when they hold the same description).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_shape_on_a_table_holds_its_description_as_published() {
+    let f =
+        fixture("CREATE TABLE t (id int PRIMARY KEY, n int); INSERT INTO t VALUES (1, 1);").await;
+    let (first, _, _) = f.sync("table=t&where=n%20%3D%201").await;
+    let (second, _, _) = f.sync("table=t&where=n%20%3D%202").await;
+    let shapes = &f.server.state.shapes;
+    let first = shapes.by_handle(&first).unwrap();
+    let second = shapes.by_handle(&second).unwrap();
+    assert_eq!(first.relation.replica_identity, ReplicaIdentity::Full);
+    assert!(Arc::ptr_eq(&first.relation, &second.relation));
 }
 
 /// Shapes of one table waiting for a snapshot together share one query: each still gets

@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use syncline_core::{LogOffset, PgSnapshot, RelationDesc};
+use syncline_core::{LogOffset, PgSnapshot, RelationDesc, ReplicaIdentity};
 use syncline_pg::{ErrorKind, PgError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -538,6 +538,7 @@ impl Shapes {
         // Publishing is idempotent: done before the lock, so a table that cannot be published
         // never holds up the creation of other shapes.
         self.publish(&relation).await?;
+        let relation = self.described_after_publishing(relation).await?;
         for table in &definition.subquery_tables {
             self.publish(table).await?;
         }
@@ -619,6 +620,27 @@ impl Shapes {
             return Err(CreateError::PipelineDown);
         }
         Ok(shape)
+    }
+
+    /// `relation` as the catalog describes it once published. Publishing sets `REPLICA
+    /// IDENTITY FULL`, so a description read before that (by the first requests on a table)
+    /// is read again: every shape on the table then holds one shared description
+    /// ([`Shapes::shared_relation`]), and shapes share a snapshot only when they do. A table
+    /// dropped or replaced meanwhile keeps the description read before.
+    async fn described_after_publishing(
+        &self,
+        relation: RelationDesc,
+    ) -> Result<RelationDesc, CreateError> {
+        if relation.replica_identity == ReplicaIdentity::Full {
+            return Ok(relation);
+        }
+        let now = self
+            .postgres
+            .load_relation(&relation.schema, &relation.name)
+            .await?;
+        Ok(now
+            .filter(|now| now.oid == relation.oid)
+            .unwrap_or(relation))
     }
 
     /// Adds the table to the publication, or says why Postgres refused (remembered a while:
