@@ -586,12 +586,12 @@ impl Serve<'_> {
         position::locate(self.shape, o, self.state.progress.last_seen_lsn())
     }
 
-    /// The answer when the shape's log cannot be read: 409 when the shape went away meanwhile
-    /// (its files are deleted with it); 503 when the process ran out of file descriptors
+    /// The answer when the shape's log cannot be read: the snapshot's failure when it failed,
+    /// 409 when the shape went away meanwhile (its files are deleted with it); 503 when the process ran out of file descriptors
     /// (idle logs then close theirs, and the client retries); else 500.
     async fn read_failed(&self, error: &(dyn std::error::Error + Sync + 'static)) -> Response {
-        if self.shape.state().gone {
-            return self.gone().await;
+        if let Err(response) = self.check_alive(&self.shape.state()).await {
+            return response;
         }
         if Shortage::of(error) == Some(Shortage::Descriptors) {
             tracing::warn!(handle = %self.shape.handle, %error, "shape log read failed: out of file descriptors; idle shape logs close theirs");
