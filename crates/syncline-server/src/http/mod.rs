@@ -78,18 +78,19 @@ fn dispatch(
         .extensions()
         .get::<connection::OverLimit>()
         .is_some();
-    let answer = match path.as_str() {
-        "/v1/health" | "/metrics" => Either::Left(ready(route(&state, &path, &method, request))),
-        _ if over_limit => {
-            let mut response = reply::unavailable(r#"{"message":"Too many connections"}"#);
-            response.headers_mut().insert(
-                axum::http::header::CONNECTION,
-                HeaderValue::from_static("close"),
-            );
-            Either::Left(ready(response))
-        }
-        "/v1/shape" => Either::Right(shape_api::handle(state.clone(), request)),
-        _ => Either::Left(ready(route(&state, &path, &method, request))),
+    // Health and metrics answer even over the connection limit (its reserve is for them).
+    let reserved = matches!(path.as_str(), "/v1/health" | "/metrics");
+    let answer = if over_limit && !reserved {
+        let mut response = reply::unavailable(r#"{"message":"Too many connections"}"#);
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
+        Either::Left(ready(response))
+    } else if is_shape {
+        Either::Right(shape_api::handle(state.clone(), request))
+    } else {
+        Either::Left(ready(route(&state, &path, &method, request)))
     };
     answer.map(move |mut response| {
         let unauthorized = response.status() == StatusCode::UNAUTHORIZED;
