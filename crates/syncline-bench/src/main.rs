@@ -25,6 +25,15 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
+/// The harness allocates with mimalloc. As the `electric` scenarios' load generator, glibc's
+/// `malloc` spent about a third of the generator's CPU coalescing free chunks (`perf` of
+/// `write-fanout` at 10,000 clients: thousands of responses freed and allocated in turn), CPU
+/// the server on the same two cores then lacked. The server keeps glibc's allocator (with
+/// mimalloc it took more CPU and held gigabytes); the in-process benchmarks compare their
+/// baselines under this one.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs one benchmark scenario and writes its results to `target/bench/<scenario>.json`.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]

@@ -1153,7 +1153,7 @@ fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Ve
         .unwrap_or(0)
         .into();
     parameters["load_generator"] =
-        "this process, same machine: reqwest keep-alive connections on a two-worker tokio runtime"
+        "this process, same machine: reqwest keep-alive connections on a two-worker tokio runtime, mimalloc"
             .into();
     headline.insert("parameters".into(), parameters);
     headline.insert("points".into(), points.into());
