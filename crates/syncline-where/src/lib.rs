@@ -13,7 +13,7 @@
 //! ([`Views`]: [`Where::eval_in`]), and decomposed as Electric decomposes it ([`Dnf`]) for
 //! its `active_conditions` and `tags`.
 //!
-//! The public surface is exactly that: [`Where`], [`OrderBy`], [`Router`] with [`Change`] and
+//! The public surface is exactly that: [`Where`] with [`Prepared`], [`OrderBy`], [`Router`] with [`Change`] and
 //! [`ShapeId`], [`Row`] and [`RowTypes`], [`Subquery`], [`TableRef`] and [`Views`], [`Dnf`] with
 //! [`Position`] and [`PositionKind`], the errors [`WhereError`] (with [`ErrorKey`]) and
 //! [`EvalError`], and [`WHERE_BYTES_MAX`]. Everything else is internal.
@@ -93,6 +93,15 @@ const PARSE_STACK_BYTES: usize = 16 << 20;
 /// their runtime's threads this much; only what a thread touches becomes resident.
 pub const IN_PLACE_THREAD_STACK_BYTES: usize = PARSE_STACK_RED_ZONE_BYTES + (8 << 20);
 
+/// What [`Where::prepare`] made of a clause.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The clause reads no table but the shape's: checked.
+    Checked(Where),
+    /// The clause's subqueries read these tables: load them for [`Where::with_tables`].
+    ReadsTables(Vec<TableRef>),
+}
+
 /// A checked where clause. Clones share it: a shape's clause is held by its pipeline slot and
 /// by its table's router, and large deployments have hundreds of thousands of shapes.
 #[derive(Debug, Clone)]
@@ -133,6 +142,26 @@ impl Where {
         params: &[String],
     ) -> Result<Where, WhereError> {
         Where::with_tables(where_text, relation, params, &|_| None)
+    }
+
+    /// Parses `where_text` once and, unless its subqueries read tables, checks it against
+    /// `relation` as [`Where::new`] does; a clause whose subqueries read tables gives them
+    /// (as [`Where::subquery_tables`] does) for the caller to load and pass to
+    /// [`Where::with_tables`]. What a request does with a clause it has not seen yet, parsing
+    /// it once when it has no subquery.
+    pub fn prepare(
+        where_text: &str,
+        relation: &RelationDesc,
+        params: &[String],
+    ) -> Result<Prepared, WhereError> {
+        stacker::maybe_grow(PARSE_STACK_RED_ZONE_BYTES, PARSE_STACK_BYTES, || {
+            let node = parse::parse_where(where_text)?;
+            let tables = subquery::tables(&node);
+            if !tables.is_empty() {
+                return Ok(Prepared::ReadsTables(tables));
+            }
+            Where::checked(&node, relation, params, &|_| None).map(Prepared::Checked)
+        })
     }
 
     /// Tables the subqueries of `where_text` read, at every nesting level, each once, in order

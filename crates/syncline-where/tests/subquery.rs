@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::family::{self, SetViews};
 use syncline_core::relation::{ColumnDesc, PgType, RelationDesc, ReplicaIdentity, TypeKind};
 use syncline_core::tuple::Value;
-use syncline_where::{PositionKind, Row, RowTypes, TableRef, Where};
+use syncline_where::{PositionKind, Prepared, Row, RowTypes, TableRef, Where};
 
 /// The relation of Electric's decomposer tests: `a`..`g` int4 and `name` text; and
 /// `test_table (id int4)`.
@@ -501,6 +501,30 @@ fn canonical_sql_and_value_set_sql() {
     // The rendered SQL checks to itself.
     let again = check_child(w.sql());
     assert_eq!(again.sql(), w.sql());
+}
+
+#[test]
+fn prepare_checks_a_clause_without_subqueries_and_names_the_tables_of_one_with() {
+    let child = family::relation("child");
+    let params = ["1".to_owned()];
+    let prepared = |text: &str| Where::prepare(text, &child, &params);
+    match prepared("org = $1 AND flag") {
+        Ok(Prepared::Checked(w)) => {
+            assert_eq!(w, Where::new("org = $1 AND flag", &child, &params).unwrap());
+        }
+        other => panic!("checked expected: {other:?}"),
+    }
+    let text = "parent_id IN (SELECT id FROM parent WHERE org IN (SELECT id FROM \"Org\"))";
+    match prepared(text) {
+        Ok(Prepared::ReadsTables(tables)) => {
+            assert_eq!(tables, Where::subquery_tables(text).unwrap());
+        }
+        other => panic!("tables expected: {other:?}"),
+    }
+    for bad in ["org = ", "no_such_column = 1", "org = 'x'::int4 +"] {
+        let expected = Where::new(bad, &child, &params).unwrap_err();
+        assert_eq!(prepared(bad).unwrap_err(), expected, "{bad}");
+    }
 }
 
 #[test]

@@ -21,7 +21,7 @@ use rand::Rng;
 use syncline_core::wire::{self, header, JSON_CONTENT_TYPE};
 use syncline_core::{LogOffset, RelationDesc};
 use syncline_storage::ReadResult;
-use syncline_where::{TableRef, Where};
+use syncline_where::{Prepared, TableRef, Where};
 use tokio::time::Instant;
 
 use super::auth::authorized;
@@ -423,22 +423,30 @@ async fn definition(
     let (where_sql, subquery_tables) = match &params.where_clause {
         None => (None, Vec::new()),
         Some(text) => {
-            let tables = subquery_tables(state, method, text).await?;
-            let lookup = |table: &TableRef| {
-                tables
-                    .iter()
-                    .find(|r| r.schema == table.schema && r.name == table.name)
-                    .cloned()
+            let checked = match Where::prepare(text, &relation, &params.where_params) {
+                Ok(Prepared::Checked(w)) => Ok((w, Vec::new())),
+                Ok(Prepared::ReadsTables(refs)) => {
+                    let tables = subquery_tables(state, method, refs).await?;
+                    let lookup = |table: &TableRef| {
+                        tables
+                            .iter()
+                            .find(|r| r.schema == table.schema && r.name == table.name)
+                            .cloned()
+                    };
+                    Where::with_tables(text, &relation, &params.where_params, &lookup)
+                        .map(|w| (w, tables))
+                }
+                Err(e) => Err(e),
             };
-            match Where::with_tables(text, &relation, &params.where_params, &lookup) {
-                Ok(w) if w.has_subqueries() && params.compaction => {
+            match checked {
+                Ok((w, _)) if w.has_subqueries() && params.compaction => {
                     let message = "can't be enabled for shapes with subqueries".to_owned();
                     return Err(invalid(
                         method,
                         &ParamErrors::single("experimental_compaction", message),
                     ));
                 }
-                Ok(w) => (Some(w.sql().to_owned()), tables),
+                Ok((w, tables)) => (Some(w.sql().to_owned()), tables),
                 Err(e) => {
                     return Err(invalid(
                         method,
@@ -466,16 +474,13 @@ async fn definition(
     Ok((definition, relation))
 }
 
-/// The tables the where clause's subqueries read, from the catalog: a 400 under `table` for one
-/// that does not exist (as Electric words it), under the error's own key for a clause that
-/// does not parse.
+/// The tables the where clause's subqueries read (`refs`), from the catalog: a 400 under
+/// `table` for one that does not exist (as Electric words it).
 async fn subquery_tables(
     state: &AppState,
     method: &Method,
-    text: &str,
+    refs: Vec<TableRef>,
 ) -> Result<Vec<RelationDesc>, Response> {
-    let refs = Where::subquery_tables(text)
-        .map_err(|e| invalid(method, &ParamErrors::single(e.key().as_str(), e.message)))?;
     let mut tables = Vec::with_capacity(refs.len());
     for table in refs {
         match state
