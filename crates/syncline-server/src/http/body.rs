@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::future::Either;
 use futures_util::stream::{self, Stream, StreamExt};
 use syncline_core::wire;
 use syncline_storage::FileRange;
@@ -43,12 +44,30 @@ fn page_size() -> u64 {
 }
 
 /// `[` + stored messages (a log range, each message stored with a leading `,`) + an optional
-/// control message + `]`. The range is read (or mapped) a window at a time as the client
-/// takes it, so a client that stops reading holds at most one window.
-pub fn log_array(messages: Option<FileRange>, control: Option<&[u8]>) -> io::Result<Body> {
+/// control message + `]`. The range is sent from `read`, its bytes when the caller has them,
+/// or read (or mapped) a window at a time as the client takes it, so a client that stops
+/// reading holds at most one window.
+pub fn log_array(
+    messages: Option<FileRange>,
+    read: Option<Bytes>,
+    control: Option<&[u8]>,
+) -> io::Result<Body> {
     let has_messages = messages.as_ref().is_some_and(|m| m.len > 1);
-    let middle = match messages.filter(|_| has_messages) {
-        Some(range) => {
+    let middle = match (messages.filter(|_| has_messages), read) {
+        (Some(range), Some(read)) => {
+            assert_eq!(
+                u64::try_from(read.len()).ok(),
+                Some(range.len),
+                "the bytes read are the range's"
+            );
+            assert_eq!(
+                read[0],
+                wire::STORED_SEPARATOR,
+                "stored messages start with a separator"
+            );
+            Some(Either::Left(stream::iter([Ok(read.slice(1..))])))
+        }
+        (Some(range), None) => {
             let mut first = [0u8; 1];
             range.file.read_exact_at(&mut first, range.start)?;
             assert_eq!(
@@ -56,13 +75,13 @@ pub fn log_array(messages: Option<FileRange>, control: Option<&[u8]>) -> io::Res
                 wire::STORED_SEPARATOR,
                 "stored messages start with a separator"
             );
-            Some(windows(FileRange {
+            Some(Either::Right(windows(FileRange {
                 start: range.start + 1,
                 len: range.len - 1,
                 ..range
-            }))
+            })))
         }
-        None => None,
+        (None, _) => None,
     };
     let end = Bytes::from(wire::array_end(has_messages, control));
     let head = stream::iter([Ok(Bytes::from_static(b"["))]);
@@ -138,28 +157,42 @@ mod tests {
 
     #[tokio::test]
     async fn arrays() {
-        let b = log_array(Some(stored(b",{\"a\":1},{\"b\":2}")), None).unwrap();
+        let b = log_array(Some(stored(b",{\"a\":1},{\"b\":2}")), None, None).unwrap();
         assert_eq!(text(b).await, "[{\"a\":1},{\"b\":2}]");
         let control = wire::up_to_date(7);
-        let b = log_array(Some(stored(b",{\"a\":1}")), Some(&control)).unwrap();
+        let b = log_array(Some(stored(b",{\"a\":1}")), None, Some(&control)).unwrap();
         assert_eq!(
             text(b).await,
             "[{\"a\":1},{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"7\"}}]"
         );
         let control = wire::up_to_date(0);
-        let b = log_array(None, Some(&control)).unwrap();
+        let b = log_array(None, None, Some(&control)).unwrap();
         assert_eq!(
             text(b).await,
             "[{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"0\"}}]"
         );
-        assert_eq!(text(log_array(None, None).unwrap()).await, "[]");
+        assert_eq!(text(log_array(None, None, None).unwrap()).await, "[]");
+    }
+
+    #[tokio::test]
+    async fn a_range_read_already_is_sent_from_its_bytes() {
+        let data = b",{\"a\":1},{\"b\":2}";
+        let range = stored(data);
+        // The file is cut: the body can only come from the bytes given.
+        range.file.set_len(0).unwrap();
+        let control = wire::up_to_date(7);
+        let b = log_array(Some(range), Some(Bytes::from_static(data)), Some(&control)).unwrap();
+        assert_eq!(
+            text(b).await,
+            "[{\"a\":1},{\"b\":2},{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"7\"}}]"
+        );
     }
 
     #[tokio::test]
     async fn large_ranges_go_out_a_window_at_a_time() {
         let mut data = b",".to_vec();
         data.extend((0..3_000_000u32).map(|i| b'a' + (i % 26) as u8));
-        let body = log_array(Some(stored(&data)), None).unwrap();
+        let body = log_array(Some(stored(&data)), None, None).unwrap();
         let mut stream = body.into_data_stream();
         let mut sizes = Vec::new();
         let mut all = Vec::new();

@@ -15,6 +15,7 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use futures_util::future::Either;
 use futures_util::FutureExt;
 use rand::Rng;
@@ -514,6 +515,8 @@ pub(super) struct Serve<'a> {
 /// What a read produced.
 struct Answer {
     read: ReadResult,
+    /// The bytes of `read`'s body, when they were read once for the requests woken together.
+    bytes: Option<Bytes>,
     up_to_date: bool,
     has_data: bool,
     no_change: bool,
@@ -630,8 +633,9 @@ impl Serve<'_> {
                 self.shape.read_shared(st.clone(), from)
             } else {
                 tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from)))
+                    .map(|read| (read, None))
             };
-            let read = match read {
+            let (read, bytes) = match read {
                 Ok(read) => read,
                 Err(e) => return Err(self.read_failed(&e).await),
             };
@@ -644,6 +648,7 @@ impl Serve<'_> {
                     && !position::is_snapshot(&read);
                 return Ok(Answer {
                     read,
+                    bytes,
                     up_to_date,
                     has_data,
                     no_change: false,
@@ -661,6 +666,7 @@ impl Serve<'_> {
                 () = self.state.health.wait_stopping(), if ready => {
                     return Ok(Answer {
                         read,
+                        bytes: None,
                         up_to_date: true,
                         has_data: false,
                         no_change: true,
@@ -672,6 +678,7 @@ impl Serve<'_> {
                 Err(_) if ready => {
                     return Ok(Answer {
                         read,
+                        bytes: None,
                         up_to_date: true,
                         has_data: false,
                         no_change: true,
@@ -732,7 +739,7 @@ impl Serve<'_> {
         let control = wire::up_to_date(self.global_lsn(end));
         let mut headers = self.shape_headers(end, false, true);
         headers.insert(header::UP_TO_DATE, HeaderValue::from_static(""));
-        let body = log_array(None, Some(&control)).expect("no file to read");
+        let body = log_array(None, None, Some(&control)).expect("no file to read");
         self.finish(headers, None, body)
     }
 
@@ -762,14 +769,14 @@ impl Serve<'_> {
             caching::etag(&self.shape.handle, self.params.offset, end)
         };
         let body = if self.params.live {
-            log_array(answer.read.body.clone(), control.as_deref())
+            log_array(answer.read.body.clone(), answer.bytes, control.as_deref())
         } else {
             headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
             if accepts_gzip(self.request) && *self.method != Method::HEAD {
                 headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
                 self.gzipped(&answer.read, control.as_deref())
             } else {
-                log_array(answer.read.body.clone(), control.as_deref())
+                log_array(answer.read.body.clone(), answer.bytes, control.as_deref())
             }
         };
         let body = match body {

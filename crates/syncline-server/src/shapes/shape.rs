@@ -238,14 +238,17 @@ impl Shape {
 
     /// Reads the log from `from` for a request that saw the shape's state `seen` (one that a
     /// change woke, or one at the log's end): requests that saw the same state and read from
-    /// the same offset share one read (see [`SharedRead`]).
+    /// the same offset share one read, and its body's bytes when they were read for all (see
+    /// [`SharedRead`]). The caller holds a watch of the shape's state.
     pub fn read_shared(
         &self,
         seen: ShapeState,
         from: Option<LogOffset>,
-    ) -> syncline_storage::Result<syncline_storage::ReadResult> {
-        self.shared_read
-            .read((seen, from), || self.with_reader(|r| r.read(from)))
+    ) -> syncline_storage::Result<(syncline_storage::ReadResult, Option<bytes::Bytes>)> {
+        let others_waiting = self.state.watchers() > 1;
+        self.shared_read.read((seen, from), others_waiting, || {
+            self.with_reader(|r| r.read(from))
+        })
     }
 
     /// The batch of server-sent events after `from` for a stream that a change woke, having

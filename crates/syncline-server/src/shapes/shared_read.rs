@@ -1,18 +1,21 @@
 //! One read of a shape's log shared by the long-polls that new data woke together, or that
-//! arrive together at the log's end, and one framed batch shared by the server-sent-event
-//! streams that new data woke together: a write that reaches a shape with thousands of
-//! waiting clients costs one read, not thousands.
+//! arrive together at the log's end (its body's bytes too, when small), and one framed batch
+//! shared by the server-sent-event streams that new data woke together: a write that reaches
+//! a shape with thousands of waiting clients costs one read, not thousands.
 
 use std::fs::File;
 use std::io;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use syncline_core::LogOffset;
 use syncline_storage::{FileRange, ReadResult};
 
-/// The last read after a wake, kept while a response still sends its body (boxed: most
-/// shapes of a large server are idle, and hold none).
+/// Largest body a shape keeps read in memory for the requests woken after the one that read
+/// it; a bigger one is read by each response from the file, a window at a time.
+const SHARED_BODY_KEPT_MAX: u64 = 256 * 1024;
+
+/// The last read after a wake (boxed: most shapes of a large server are idle, and hold none).
 #[derive(Debug)]
 pub struct SharedRead<K> {
     last: Mutex<Option<Box<Kept<K>>>>,
@@ -26,34 +29,61 @@ impl<K> Default for SharedRead<K> {
     }
 }
 
-/// A read and the key it answered. Its file is held weakly: once every response that used it
-/// is sent, the shape holds no descriptor.
+/// A read, the key it answered, and its body as kept.
 #[derive(Debug)]
 struct Kept<K> {
     key: K,
-    body: Option<(Weak<File>, u64, u64)>,
+    body: KeptBody,
+    /// The read, without its body.
     read: ReadResult,
+}
+
+/// How a kept read holds its body.
+#[derive(Debug)]
+enum KeptBody {
+    /// The read found no messages.
+    None,
+    /// Read while other requests waited on the shape: the range and its bytes, kept until a
+    /// newer read replaces them or the shape goes idle, so that requests woken together share
+    /// them however long they take to run (the thousandth runs long after the first response
+    /// was sent).
+    Held(FileRange, Bytes),
+    /// Read by a request alone, or too large to keep: the file held weakly, so that once every
+    /// response that used it is sent the shape holds no descriptor.
+    Weak(Weak<File>, u64, u64),
 }
 
 impl<K: PartialEq> SharedRead<K> {
     /// The read for `key` (what the request saw of the shape's state when it woke, and the
-    /// offset it reads from): the read another request made for an equal key, if its body is
-    /// still open, else `read()` (kept for the next). A read made after that state was
-    /// published is as fresh as one made now could be for the request: newer data publishes
-    /// a newer state, which wakes the request again.
+    /// offset it reads from), with its body's bytes when they were read once for all: the
+    /// read another request made for an equal key, if kept, else `read()` (kept for the next;
+    /// its body read into memory, up to [`SHARED_BODY_KEPT_MAX`], when `others_waiting`). A
+    /// read made after that state was published is as fresh as one made now could be for the
+    /// request: newer data publishes a newer state, which wakes the request again.
     pub fn read(
         &self,
         key: K,
+        others_waiting: bool,
         read: impl FnOnce() -> syncline_storage::Result<ReadResult>,
-    ) -> syncline_storage::Result<ReadResult> {
+    ) -> syncline_storage::Result<(ReadResult, Option<Bytes>)> {
         if let Some(shared) = self.take_shared(&key) {
             return Ok(shared);
         }
         let fresh = read()?;
-        let body = fresh
-            .body
-            .as_ref()
-            .map(|b| (std::sync::Arc::downgrade(&b.file), b.start, b.len));
+        // A failed read here is not the request's: its response reads the file itself.
+        let bytes = match &fresh.body {
+            Some(range) if others_waiting && range.len <= SHARED_BODY_KEPT_MAX => {
+                range.read_to_vec().ok().map(Bytes::from)
+            }
+            _ => None,
+        };
+        let body = match (&fresh.body, &bytes) {
+            (None, _) => KeptBody::None,
+            (Some(range), Some(bytes)) => KeptBody::Held(range.clone(), bytes.clone()),
+            (Some(range), None) => {
+                KeptBody::Weak(Arc::downgrade(&range.file), range.start, range.len)
+            }
+        };
         let mut kept = fresh.clone();
         kept.body = None;
         *self.last.lock().expect("shared read lock") = Some(Box::new(Kept {
@@ -61,7 +91,7 @@ impl<K: PartialEq> SharedRead<K> {
             body,
             read: kept,
         }));
-        Ok(fresh)
+        Ok((fresh, bytes))
     }
 
     /// Forgets the kept read (a shape gone idle).
@@ -69,18 +99,26 @@ impl<K: PartialEq> SharedRead<K> {
         *self.last.lock().expect("shared read lock") = None;
     }
 
-    fn take_shared(&self, key: &K) -> Option<ReadResult> {
+    fn take_shared(&self, key: &K) -> Option<(ReadResult, Option<Bytes>)> {
         let last = self.last.lock().expect("shared read lock");
         let kept = last.as_ref().filter(|k| k.key == *key)?;
         let mut read = kept.read.clone();
-        if let Some((file, start, len)) = &kept.body {
-            read.body = Some(FileRange {
-                file: file.upgrade()?,
-                start: *start,
-                len: *len,
-            });
-        }
-        Some(read)
+        let bytes = match &kept.body {
+            KeptBody::None => None,
+            KeptBody::Held(range, bytes) => {
+                read.body = Some(range.clone());
+                Some(bytes.clone())
+            }
+            KeptBody::Weak(file, start, len) => {
+                read.body = Some(FileRange {
+                    file: file.upgrade()?,
+                    start: *start,
+                    len: *len,
+                });
+                None
+            }
+        };
+        Some((read, bytes))
     }
 }
 
@@ -184,23 +222,23 @@ mod tests {
         };
         let seen = Some(LogOffset::new(5, 0));
         let from = Some(LogOffset::new(4, 0));
-        let first = shared.read((seen, from), || read(5)).unwrap();
-        let second = shared.read((seen, from), || read(6)).unwrap();
+        let (first, _) = shared.read((seen, from), false, || read(5)).unwrap();
+        let (second, _) = shared.read((seen, from), false, || read(6)).unwrap();
         assert_eq!(reads.get(), 1);
         assert_eq!(second.end_offset, Some(LogOffset::new(5, 0)));
         assert!(Arc::ptr_eq(
             &first.body.as_ref().unwrap().file,
             &second.body.as_ref().unwrap().file
         ));
-        let newer = shared
-            .read((Some(LogOffset::new(6, 0)), from), || read(6))
+        let (newer, _) = shared
+            .read((Some(LogOffset::new(6, 0)), from), false, || read(6))
             .unwrap();
         assert_eq!(
             (reads.get(), newer.end_offset),
             (2, Some(LogOffset::new(6, 0)))
         );
         shared
-            .read((seen, Some(LogOffset::new(3, 0))), || read(5))
+            .read((seen, Some(LogOffset::new(3, 0))), false, || read(5))
             .unwrap();
         assert_eq!(reads.get(), 3, "another offset reads for itself");
     }
@@ -250,10 +288,59 @@ mod tests {
         let seen = Some(LogOffset::new(5, 0));
         {
             let file = Arc::new(tempfile::tempfile().unwrap());
-            shared.read((seen, 1), || Ok(read_of(&file, 5))).unwrap();
+            shared
+                .read((seen, 1), false, || Ok(read_of(&file, 5)))
+                .unwrap();
         }
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let again = shared.read((seen, 1), || Ok(read_of(&file, 7))).unwrap();
+        let (again, _) = shared
+            .read((seen, 1), false, || Ok(read_of(&file, 7)))
+            .unwrap();
         assert_eq!(again.end_offset, Some(LogOffset::new(7, 0)));
+    }
+
+    #[test]
+    fn a_read_made_while_others_wait_keeps_its_bytes_after_every_response_is_sent() {
+        use std::io::Write;
+        let shared = SharedRead::default();
+        let reads = Cell::new(0);
+        let read = |bytes: &[u8], end| {
+            reads.set(reads.get() + 1);
+            let mut file = tempfile::tempfile().unwrap();
+            file.write_all(bytes).unwrap();
+            let mut read = read_of(&Arc::new(file), end);
+            read.body.as_mut().unwrap().len = bytes.len() as u64;
+            Ok(read)
+        };
+        let seen = Some(LogOffset::new(5, 0));
+        let (first, bytes) = shared.read((seen, 1), true, || read(b"abc", 5)).unwrap();
+        assert_eq!(bytes.as_deref(), Some(&b"abc"[..]));
+        drop(first);
+        // The last woken request: nobody else waits, and the first response is long sent.
+        let (last, bytes) = shared.read((seen, 1), false, || read(b"xyz", 6)).unwrap();
+        assert_eq!(reads.get(), 1);
+        assert_eq!(
+            (bytes.as_deref(), last.end_offset),
+            (Some(&b"abc"[..]), Some(LogOffset::new(5, 0)))
+        );
+
+        let big = vec![b'a'; usize::try_from(SHARED_BODY_KEPT_MAX).unwrap() + 1];
+        let later = Some(LogOffset::new(6, 0));
+        let (read_big, bytes) = shared.read((later, 1), true, || read(&big, 6)).unwrap();
+        assert!(
+            bytes.is_none(),
+            "a body past the bound is read by each response"
+        );
+        drop(read_big);
+        shared.read((later, 1), true, || read(&big, 6)).unwrap();
+        assert_eq!(
+            reads.get(),
+            3,
+            "and kept only while a response holds its file"
+        );
+
+        shared.clear();
+        shared.read((later, 1), true, || read(b"abc", 6)).unwrap();
+        assert_eq!(reads.get(), 4, "a shape gone idle keeps nothing");
     }
 }
