@@ -245,7 +245,7 @@ impl Shape {
         seen: ShapeState,
         from: Option<LogOffset>,
     ) -> syncline_storage::Result<(syncline_storage::ReadResult, Option<bytes::Bytes>)> {
-        let others_waiting = self.state.watchers() > 1;
+        let others_waiting = self.state.watchers().saturating_sub(1);
         self.shared_read.read((seen, from), others_waiting, || {
             self.with_reader(|r| r.read(from))
         })

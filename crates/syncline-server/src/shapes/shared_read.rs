@@ -15,10 +15,19 @@ use syncline_storage::{FileRange, ReadResult};
 /// it; a bigger one is read by each response from the file, a window at a time.
 const SHARED_BODY_KEPT_MAX: u64 = 256 * 1024;
 
-/// The last read after a wake (boxed: most shapes of a large server are idle, and hold none).
+/// The last reads after a wake (boxed: most shapes of a large server are idle, and hold none).
 #[derive(Debug)]
 pub struct SharedRead<K> {
-    last: Mutex<Option<Box<Kept<K>>>>,
+    last: Mutex<Option<Box<Slots<K>>>>,
+}
+
+/// The last read that found messages, and the last that found none, kept apart: after a
+/// write, requests woken from the old end (messages) and clients already polling again from
+/// the new one (none) alternate, and each kind shares its own read.
+#[derive(Debug)]
+struct Slots<K> {
+    messages: Option<Kept<K>>,
+    nothing: Option<Kept<K>>,
 }
 
 impl<K> Default for SharedRead<K> {
@@ -43,27 +52,39 @@ struct Kept<K> {
 enum KeptBody {
     /// The read found no messages.
     None,
-    /// Read while other requests waited on the shape: the range and its bytes, kept until a
-    /// newer read replaces them or the shape goes idle, so that requests woken together share
-    /// them however long they take to run (the thousandth runs long after the first response
-    /// was sent).
-    Held(FileRange, Bytes),
+    /// Read while `takers` other requests waited on the shape: the range and its bytes, kept
+    /// for them (until a newer read replaces them or the shape goes idle) however long they
+    /// take to run (the thousandth runs long after the first response was sent); the last of
+    /// them leaves the file held weakly, so that a shape between bursts holds no descriptor.
+    Held {
+        range: FileRange,
+        bytes: Bytes,
+        takers: usize,
+    },
     /// Read by a request alone, or too large to keep: the file held weakly, so that once every
     /// response that used it is sent the shape holds no descriptor.
     Weak(Weak<File>, u64, u64),
+}
+
+impl KeptBody {
+    /// `range` with its file held weakly.
+    fn weak(range: &FileRange) -> KeptBody {
+        KeptBody::Weak(Arc::downgrade(&range.file), range.start, range.len)
+    }
 }
 
 impl<K: PartialEq> SharedRead<K> {
     /// The read for `key` (what the request saw of the shape's state when it woke, and the
     /// offset it reads from), with its body's bytes when they were read once for all: the
     /// read another request made for an equal key, if kept, else `read()` (kept for the next;
-    /// its body read into memory, up to [`SHARED_BODY_KEPT_MAX`], when `others_waiting`). A
-    /// read made after that state was published is as fresh as one made now could be for the
-    /// request: newer data publishes a newer state, which wakes the request again.
+    /// its body read into memory, up to [`SHARED_BODY_KEPT_MAX`], for the `others_waiting`
+    /// requests). A read made after that state was published is as fresh as one made now
+    /// could be for the request: newer data publishes a newer state, which wakes the request
+    /// again.
     pub fn read(
         &self,
         key: K,
-        others_waiting: bool,
+        others_waiting: usize,
         read: impl FnOnce() -> syncline_storage::Result<ReadResult>,
     ) -> syncline_storage::Result<(ReadResult, Option<Bytes>)> {
         if let Some(shared) = self.take_shared(&key) {
@@ -72,25 +93,35 @@ impl<K: PartialEq> SharedRead<K> {
         let fresh = read()?;
         // A failed read here is not the request's: its response reads the file itself.
         let bytes = match &fresh.body {
-            Some(range) if others_waiting && range.len <= SHARED_BODY_KEPT_MAX => {
+            Some(range) if others_waiting > 0 && range.len <= SHARED_BODY_KEPT_MAX => {
                 range.read_to_vec().ok().map(Bytes::from)
             }
             _ => None,
         };
         let body = match (&fresh.body, &bytes) {
             (None, _) => KeptBody::None,
-            (Some(range), Some(bytes)) => KeptBody::Held(range.clone(), bytes.clone()),
-            (Some(range), None) => {
-                KeptBody::Weak(Arc::downgrade(&range.file), range.start, range.len)
-            }
+            (Some(range), Some(bytes)) => KeptBody::Held {
+                range: range.clone(),
+                bytes: bytes.clone(),
+                takers: others_waiting,
+            },
+            (Some(range), None) => KeptBody::weak(range),
         };
-        let mut kept = fresh.clone();
-        kept.body = None;
-        *self.last.lock().expect("shared read lock") = Some(Box::new(Kept {
-            key,
-            body,
-            read: kept,
-        }));
+        let mut read = fresh.clone();
+        read.body = None;
+        let kept = Some(Kept { key, body, read });
+        let mut last = self.last.lock().expect("shared read lock");
+        let slots = last.get_or_insert_with(|| {
+            Box::new(Slots {
+                messages: None,
+                nothing: None,
+            })
+        });
+        if fresh.body.is_some() {
+            slots.messages = kept;
+        } else {
+            slots.nothing = kept;
+        }
         Ok((fresh, bytes))
     }
 
@@ -100,13 +131,25 @@ impl<K: PartialEq> SharedRead<K> {
     }
 
     fn take_shared(&self, key: &K) -> Option<(ReadResult, Option<Bytes>)> {
-        let last = self.last.lock().expect("shared read lock");
-        let kept = last.as_ref().filter(|k| k.key == *key)?;
+        let mut last = self.last.lock().expect("shared read lock");
+        let slots = last.as_mut()?;
+        let kept = [&mut slots.messages, &mut slots.nothing]
+            .into_iter()
+            .find_map(|slot| slot.as_mut().filter(|k| k.key == *key))?;
         let mut read = kept.read.clone();
-        let bytes = match &kept.body {
+        let mut last_taker = None;
+        let bytes = match &mut kept.body {
             KeptBody::None => None,
-            KeptBody::Held(range, bytes) => {
+            KeptBody::Held {
+                range,
+                bytes,
+                takers,
+            } => {
                 read.body = Some(range.clone());
+                *takers = takers.saturating_sub(1);
+                if *takers == 0 {
+                    last_taker = Some(KeptBody::weak(range));
+                }
                 Some(bytes.clone())
             }
             KeptBody::Weak(file, start, len) => {
@@ -118,6 +161,9 @@ impl<K: PartialEq> SharedRead<K> {
                 None
             }
         };
+        if let Some(weak) = last_taker {
+            kept.body = weak;
+        }
         Some((read, bytes))
     }
 }
@@ -222,8 +268,8 @@ mod tests {
         };
         let seen = Some(LogOffset::new(5, 0));
         let from = Some(LogOffset::new(4, 0));
-        let (first, _) = shared.read((seen, from), false, || read(5)).unwrap();
-        let (second, _) = shared.read((seen, from), false, || read(6)).unwrap();
+        let (first, _) = shared.read((seen, from), 0, || read(5)).unwrap();
+        let (second, _) = shared.read((seen, from), 0, || read(6)).unwrap();
         assert_eq!(reads.get(), 1);
         assert_eq!(second.end_offset, Some(LogOffset::new(5, 0)));
         assert!(Arc::ptr_eq(
@@ -231,14 +277,14 @@ mod tests {
             &second.body.as_ref().unwrap().file
         ));
         let (newer, _) = shared
-            .read((Some(LogOffset::new(6, 0)), from), false, || read(6))
+            .read((Some(LogOffset::new(6, 0)), from), 0, || read(6))
             .unwrap();
         assert_eq!(
             (reads.get(), newer.end_offset),
             (2, Some(LogOffset::new(6, 0)))
         );
         shared
-            .read((seen, Some(LogOffset::new(3, 0))), false, || read(5))
+            .read((seen, Some(LogOffset::new(3, 0))), 0, || read(5))
             .unwrap();
         assert_eq!(reads.get(), 3, "another offset reads for itself");
     }
@@ -288,19 +334,15 @@ mod tests {
         let seen = Some(LogOffset::new(5, 0));
         {
             let file = Arc::new(tempfile::tempfile().unwrap());
-            shared
-                .read((seen, 1), false, || Ok(read_of(&file, 5)))
-                .unwrap();
+            shared.read((seen, 1), 0, || Ok(read_of(&file, 5))).unwrap();
         }
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let (again, _) = shared
-            .read((seen, 1), false, || Ok(read_of(&file, 7)))
-            .unwrap();
+        let (again, _) = shared.read((seen, 1), 0, || Ok(read_of(&file, 7))).unwrap();
         assert_eq!(again.end_offset, Some(LogOffset::new(7, 0)));
     }
 
     #[test]
-    fn a_read_made_while_others_wait_keeps_its_bytes_after_every_response_is_sent() {
+    fn a_read_made_while_others_wait_keeps_its_bytes_for_them() {
         use std::io::Write;
         let shared = SharedRead::default();
         let reads = Cell::new(0);
@@ -313,34 +355,56 @@ mod tests {
             Ok(read)
         };
         let seen = Some(LogOffset::new(5, 0));
-        let (first, bytes) = shared.read((seen, 1), true, || read(b"abc", 5)).unwrap();
+        let (first, bytes) = shared.read((seen, 1), 2, || read(b"abc", 5)).unwrap();
         assert_eq!(bytes.as_deref(), Some(&b"abc"[..]));
+        // Its response is long sent when the two others run.
         drop(first);
-        // The last woken request: nobody else waits, and the first response is long sent.
-        let (last, bytes) = shared.read((seen, 1), false, || read(b"xyz", 6)).unwrap();
+        for _ in 0..2 {
+            let (other, bytes) = shared.read((seen, 1), 0, || read(b"xyz", 6)).unwrap();
+            assert_eq!(
+                (bytes.as_deref(), other.end_offset),
+                (Some(&b"abc"[..]), Some(LogOffset::new(5, 0)))
+            );
+        }
         assert_eq!(reads.get(), 1);
+        // The last of them held the file weakly: gone with its response.
+        shared.read((seen, 1), 0, || read(b"xyz", 6)).unwrap();
         assert_eq!(
-            (bytes.as_deref(), last.end_offset),
-            (Some(&b"abc"[..]), Some(LogOffset::new(5, 0)))
+            reads.get(),
+            2,
+            "the file is not held once the others had it"
         );
 
         let big = vec![b'a'; usize::try_from(SHARED_BODY_KEPT_MAX).unwrap() + 1];
         let later = Some(LogOffset::new(6, 0));
-        let (read_big, bytes) = shared.read((later, 1), true, || read(&big, 6)).unwrap();
+        let (read_big, bytes) = shared.read((later, 1), 1, || read(&big, 6)).unwrap();
         assert!(
             bytes.is_none(),
             "a body past the bound is read by each response"
         );
         drop(read_big);
-        shared.read((later, 1), true, || read(&big, 6)).unwrap();
+        shared.read((later, 1), 1, || read(&big, 6)).unwrap();
         assert_eq!(
             reads.get(),
-            3,
+            4,
             "and kept only while a response holds its file"
         );
 
+        // A client polling again from the new end finds nothing there; the woken requests
+        // still share their read.
+        shared.read((later, 2), 2, || read(b"abc", 6)).unwrap();
+        let nothing_new = || {
+            reads.set(reads.get() + 1);
+            let mut read = read_of(&Arc::new(tempfile::tempfile().unwrap()), 6);
+            read.body = None;
+            Ok(read)
+        };
+        shared.read((later, 3), 1, nothing_new).unwrap();
+        shared.read((later, 3), 1, nothing_new).unwrap();
+        let (_, bytes) = shared.read((later, 2), 1, || read(b"xyz", 6)).unwrap();
+        assert_eq!((reads.get(), bytes.as_deref()), (6, Some(&b"abc"[..])));
         shared.clear();
-        shared.read((later, 1), true, || read(b"abc", 6)).unwrap();
-        assert_eq!(reads.get(), 4, "a shape gone idle keeps nothing");
+        shared.read((later, 2), 1, || read(b"abc", 6)).unwrap();
+        assert_eq!(reads.get(), 7, "a shape gone idle keeps nothing");
     }
 }
