@@ -595,8 +595,9 @@ impl Serve<'_> {
     }
 
     /// The answer when the shape's log cannot be read: the snapshot's failure when it failed,
-    /// 409 when the shape went away meanwhile (its files are deleted with it); 503 when the process ran out of file descriptors
-    /// (idle logs then close theirs, and the client retries); else 500.
+    /// 409 when the shape went away meanwhile (its files are deleted with it); 503 when the
+    /// process ran out of file descriptors (idle logs then close theirs, and the client
+    /// retries); else 500.
     async fn read_failed(&self, error: &(dyn std::error::Error + Sync + 'static)) -> Response {
         if let Err(response) = self.check_alive(&self.shape.state()).await {
             return response;

@@ -26,7 +26,7 @@ pub struct SharedRead<K> {
 /// the new one (none) alternate, and each kind shares its own read.
 #[derive(Debug)]
 struct Slots<K> {
-    messages: Option<Kept<K>>,
+    messages: Option<(Kept<K>, KeptBody)>,
     nothing: Option<Kept<K>>,
 }
 
@@ -38,20 +38,16 @@ impl<K> Default for SharedRead<K> {
     }
 }
 
-/// A read, the key it answered, and its body as kept.
+/// A read, without its body, and the key it answered.
 #[derive(Debug)]
 struct Kept<K> {
     key: K,
-    body: KeptBody,
-    /// The read, without its body.
     read: ReadResult,
 }
 
-/// How a kept read holds its body.
+/// How a kept read that found messages holds its body.
 #[derive(Debug)]
 enum KeptBody {
-    /// The read found no messages.
-    None,
     /// Read while `takers` other requests waited on the shape: the range and its bytes, kept
     /// for them (until a newer read replaces them or the shape goes idle) however long they
     /// take to run (the thousandth runs long after the first response was sent); the last of
@@ -98,18 +94,9 @@ impl<K: PartialEq> SharedRead<K> {
             }
             _ => None,
         };
-        let body = match (&fresh.body, &bytes) {
-            (None, _) => KeptBody::None,
-            (Some(range), Some(bytes)) => KeptBody::Held {
-                range: range.clone(),
-                bytes: bytes.clone(),
-                takers: others_waiting,
-            },
-            (Some(range), None) => KeptBody::weak(range),
-        };
         let mut read = fresh.clone();
         read.body = None;
-        let kept = Some(Kept { key, body, read });
+        let kept = Kept { key, read };
         let mut last = self.last.lock().expect("shared read lock");
         let slots = last.get_or_insert_with(|| {
             Box::new(Slots {
@@ -117,10 +104,17 @@ impl<K: PartialEq> SharedRead<K> {
                 nothing: None,
             })
         });
-        if fresh.body.is_some() {
-            slots.messages = kept;
-        } else {
-            slots.nothing = kept;
+        match (&fresh.body, &bytes) {
+            (None, _) => slots.nothing = Some(kept),
+            (Some(range), Some(bytes)) => {
+                let body = KeptBody::Held {
+                    range: range.clone(),
+                    bytes: bytes.clone(),
+                    takers: others_waiting,
+                };
+                slots.messages = Some((kept, body));
+            }
+            (Some(range), None) => slots.messages = Some((kept, KeptBody::weak(range))),
         }
         Ok((fresh, bytes))
     }
@@ -133,37 +127,34 @@ impl<K: PartialEq> SharedRead<K> {
     fn take_shared(&self, key: &K) -> Option<(ReadResult, Option<Bytes>)> {
         let mut last = self.last.lock().expect("shared read lock");
         let slots = last.as_mut()?;
-        let kept = [&mut slots.messages, &mut slots.nothing]
-            .into_iter()
-            .find_map(|slot| slot.as_mut().filter(|k| k.key == *key))?;
+        if let Some(kept) = slots.nothing.as_ref().filter(|k| k.key == *key) {
+            return Some((kept.read.clone(), None));
+        }
+        let (kept, body) = slots.messages.as_mut().filter(|(k, _)| k.key == *key)?;
         let mut read = kept.read.clone();
-        let mut last_taker = None;
-        let bytes = match &mut kept.body {
-            KeptBody::None => None,
+        let (range, bytes) = match body {
             KeptBody::Held {
                 range,
                 bytes,
                 takers,
             } => {
-                read.body = Some(range.clone());
+                let shared = (range.clone(), Some(bytes.clone()));
                 *takers = takers.saturating_sub(1);
                 if *takers == 0 {
-                    last_taker = Some(KeptBody::weak(range));
+                    *body = KeptBody::weak(range);
                 }
-                Some(bytes.clone())
+                shared
             }
             KeptBody::Weak(file, start, len) => {
-                read.body = Some(FileRange {
+                let range = FileRange {
                     file: file.upgrade()?,
                     start: *start,
                     len: *len,
-                });
-                None
+                };
+                (range, None)
             }
         };
-        if let Some(weak) = last_taker {
-            kept.body = weak;
-        }
+        read.body = Some(range);
         Some((read, bytes))
     }
 }
