@@ -196,7 +196,7 @@ async fn follow(
     loop {
         let response = http.get(&url).send().await?;
         let status = response.status();
-        let header = |name: &str| crate::electric::client::header(&response, name);
+        let header = |name: &str| crate::electric::client::header(response.headers(), name);
         let (handle, offset) = (header("electric-handle"), header("electric-offset"));
         let up_to_date = response.headers().contains_key("electric-up-to-date");
         let body = response.bytes().await?;

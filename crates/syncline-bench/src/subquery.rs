@@ -728,7 +728,7 @@ impl Follower {
         }
         let response = http.get(url.clone()).send().await?;
         let status = response.status().as_u16();
-        let header = |name: &str| crate::electric::client::header(&response, name);
+        let header = |name: &str| crate::electric::client::header(response.headers(), name);
         let (handle, offset, cursor) = (
             header("electric-handle"),
             header("electric-offset"),

@@ -5,7 +5,7 @@
 //! batch by batch, each ending with an `up-to-date` event.
 //!
 //! It only needs a base URL, so it drives any server that speaks the protocol. Many clients
-//! share one [`reqwest::Client`] (one connection pool) on one tokio runtime. By default a
+//! share one [`Pool`] (hyper's keep-alive connections) on one tokio runtime. By default a
 //! client only counts the change messages it receives, by finding their `"operation":`
 //! header key in the body without parsing JSON, which keeps its CPU per response small; with
 //! `apply` it parses every body and keeps the shape's rows by key.
@@ -14,10 +14,13 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use hyper::header::HeaderMap;
+use hyper::StatusCode;
 use memchr::memmem::Finder;
-use reqwest::header::ACCEPT;
-use reqwest::{StatusCode, Url};
+use reqwest::Url;
 use serde_json::Value;
+
+use super::http_pool::{Pool, Response};
 
 /// Errors of the load generator, which may cross tasks.
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -77,7 +80,7 @@ pub(crate) struct Stats {
 /// One client following one shape.
 pub(crate) struct ShapeClient {
     /// The connection pool the client's requests go through.
-    http: reqwest::Client,
+    http: Pool,
     /// `<base>/v1/shape?<shape parameters>`, without a position.
     shape_url: Url,
     /// The shape's handle, once a server gave one.
@@ -114,7 +117,7 @@ impl ShapeClient {
     /// (e.g. `http://127.0.0.1:3000`), through `http`, waiting live by `mode`; with `apply` it
     /// keeps the rows.
     pub(crate) fn new(
-        http: reqwest::Client,
+        http: Pool,
         base_url: &str,
         params: &[(&str, &str)],
         mode: LiveMode,
@@ -229,9 +232,9 @@ impl ShapeClient {
     async fn poll(&mut self) -> Result<Option<Answer>, Error> {
         let url = self.url(false);
         self.stats.requests += 1;
-        let response = self.http.get(url.clone()).send().await?;
+        let response = self.http.get(url.as_str(), None).await?;
         let status = response.status();
-        let head = Head::of(&response);
+        let head = Head::of(response.headers());
         let body = response.bytes().await?;
         let at = Instant::now();
         match status {
@@ -313,12 +316,10 @@ impl ShapeClient {
             self.stats.requests += 1;
             let response = self
                 .http
-                .get(url.clone())
-                .header(ACCEPT, "text/event-stream")
-                .send()
+                .get(url.as_str(), Some("text/event-stream"))
                 .await?;
             let status = response.status();
-            let head = Head::of(&response);
+            let head = Head::of(response.headers());
             if status != StatusCode::OK {
                 let body = response.bytes().await?;
                 return self.not_ok(&url, status, head, &body).await;
@@ -401,7 +402,7 @@ enum Applied {
 /// An open SSE response and what has arrived of its next events.
 struct SseStream {
     /// The response, read chunk by chunk.
-    response: reqwest::Response,
+    response: Response,
     /// Bytes received of events not yet whole.
     pending: Vec<u8>,
 }
@@ -420,25 +421,24 @@ struct Head {
     up_to_date: bool,
 }
 
-/// The header `name` of `response` as text, if present and visible ASCII.
-pub(crate) fn header(response: &reqwest::Response, name: &str) -> Option<String> {
-    response
-        .headers()
+/// The header `name` of `headers` as text, if present and visible ASCII.
+pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
 }
 
 impl Head {
-    /// The headers of `response`.
-    fn of(response: &reqwest::Response) -> Head {
-        let header = |name: &str| header(response, name);
+    /// The headers a response came with.
+    fn of(headers: &HeaderMap) -> Head {
+        let header = |name: &str| header(headers, name);
         Head {
             handle: header("electric-handle"),
             offset: header("electric-offset"),
             cursor: header("electric-cursor"),
             retry_after: header("retry-after"),
-            up_to_date: response.headers().contains_key("electric-up-to-date"),
+            up_to_date: headers.contains_key("electric-up-to-date"),
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::client::Error;
+use super::http_pool::Pool;
 use super::server_metrics::{metric, open_fds};
 use super::{per, pool, round3, scenario_json, sync_all, users_client, wait_active, Bench, Server};
 
@@ -43,7 +44,7 @@ struct Figures {
 
 impl Figures {
     /// Reads them off `server` after leaving it idle for [`IDLE_WAIT`].
-    async fn read(server: &Server, http: &reqwest::Client) -> Result<Figures, Error> {
+    async fn read(server: &Server, http: &Pool) -> Result<Figures, Error> {
         tokio::time::sleep(IDLE_WAIT).await;
         Ok(Figures {
             rss_bytes: server.sample()?.rss_bytes,

@@ -19,6 +19,7 @@
 //! instead of building the release one; `--smoke` runs each scenario at one tiny point.
 
 pub(crate) mod client;
+mod http_pool;
 mod idle_shapes;
 pub(crate) mod plot;
 mod replication;
@@ -42,6 +43,7 @@ use tokio::task::JoinSet;
 use crate::e2e::{build_server, workspace_dir, ServerProcess};
 use crate::readonly::{raise_open_files_limit, sql};
 use client::{Error, LiveMode, ShapeClient};
+use http_pool::Pool;
 
 /// Rows in `users` before any write.
 const ROWS: u64 = 500;
@@ -698,12 +700,9 @@ impl Errors {
     }
 }
 
-/// A connection pool for one point's clients: keep-alive, no Nagle.
-fn pool() -> Result<reqwest::Client, Error> {
-    Ok(reqwest::Client::builder()
-        .timeout(CLIENT_TIMEOUT)
-        .tcp_nodelay(true)
-        .build()?)
+/// A connection pool for one point's clients (see [`Pool`]).
+fn pool() -> Result<Pool, Error> {
+    Ok(Pool::new(CLIENT_TIMEOUT))
 }
 
 /// Syncs every client of `clients` (from `offset=-1` until up to date, no live request), at
@@ -743,7 +742,7 @@ fn overlapping_where(k: usize) -> String {
 
 /// A client on `users`, `where=<where_clause>` when given.
 fn users_client(
-    http: &reqwest::Client,
+    http: &Pool,
     server: &Server,
     where_clause: Option<&str>,
     apply: bool,
@@ -1153,7 +1152,7 @@ fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Ve
         .unwrap_or(0)
         .into();
     parameters["load_generator"] =
-        "this process, same machine: reqwest keep-alive connections on a two-worker tokio runtime, mimalloc"
+        "this process, same machine: hyper keep-alive connections (read buffers of at most 32 KB) on a two-worker tokio runtime, mimalloc"
             .into();
     headline.insert("parameters".into(), parameters);
     headline.insert("points".into(), points.into());

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::client::{Error, LiveMode, ShapeClient};
+use super::http_pool::Pool;
 use super::server_metrics::metric;
 use super::{pool, round3, scenario_json, sync_all, without_users_rows, Bench, Server, Target};
 use crate::readonly::sql;
@@ -358,7 +359,7 @@ async fn point(bench: &mut Bench, form: Form, shapes: usize, load: Load) -> Resu
 /// What a point reads its positions from.
 struct Probe<'a> {
     /// A pool for `/metrics`.
-    http: &'a reqwest::Client,
+    http: &'a Pool,
     /// The point's server.
     server: &'a Server,
     /// The benchmark's session: the loads and `pg_stat_replication`.

@@ -2,22 +2,19 @@
 //! server without them, such as Electric, answers `None`) and its open file descriptors.
 
 use super::client::Error;
+use super::http_pool::Pool;
 use super::Server;
 
 /// The value of the sample `sample` (its name with its labels as the server writes them, e.g.
 /// `syncline_admission_in_flight{kind="existing"}`) in the `/metrics` of the server at `url`;
 /// `None` if the server has no `/metrics` or no such sample.
-pub(super) async fn metric(
-    http: &reqwest::Client,
-    url: &str,
-    sample: &str,
-) -> Result<Option<f64>, Error> {
-    let response = http.get(format!("{url}/metrics")).send().await?;
+pub(super) async fn metric(http: &Pool, url: &str, sample: &str) -> Result<Option<f64>, Error> {
+    let response = http.get(&format!("{url}/metrics"), None).await?;
     if !response.status().is_success() {
         return Ok(None);
     }
-    let text = response.text().await?;
-    Ok(text
+    let body = response.bytes().await?;
+    Ok(String::from_utf8_lossy(&body)
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| line.rsplit_once(' '))

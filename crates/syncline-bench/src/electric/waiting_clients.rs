@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::client::Error;
+use super::http_pool::Pool;
 use super::server_metrics::{metric, open_fds};
 use super::{per, pool, round3, scenario_json, users_client, Bench, LiveClients, Server};
 
@@ -192,11 +193,7 @@ async fn idle_connections_rss(bench: &mut Bench, n: usize) -> Result<Option<u64>
 
 /// Waits until the server counts `n` parked live requests; returns its count, or `None` for
 /// a server without the gauge (the requests were then only given time to arrive).
-async fn wait_parked(
-    http: &reqwest::Client,
-    server: &Server,
-    n: usize,
-) -> Result<Option<f64>, Error> {
+async fn wait_parked(http: &Pool, server: &Server, n: usize) -> Result<Option<f64>, Error> {
     let start = Instant::now();
     loop {
         let Some(count) = metric(http, server.url(), PARKED_GAUGE).await? else {
