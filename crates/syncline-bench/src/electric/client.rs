@@ -20,10 +20,8 @@ use memchr::memmem::Finder;
 use reqwest::Url;
 use serde_json::Value;
 
+pub(crate) use super::http_pool::Error;
 use super::http_pool::{Pool, Response};
-
-/// Errors of the load generator, which may cross tasks.
-pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// A change message's header key as a server writes it. Object keys are never escaped, and
 /// a quote inside a value is, so this only matches a message header (or a column named

@@ -19,7 +19,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::client::Error;
+/// Errors of the load generator, which may cross tasks.
+pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The most a connection's read buffer grows to (hyper's floor is 8 KB).
 pub(crate) const READ_BUFFER_MAX: usize = 32 * 1024;
