@@ -63,7 +63,7 @@ pub(super) async fn idle_shapes(bench: &mut Bench, points: &[usize]) -> Result<V
         let mut server = bench
             .server_with(&["--idle-log-park", IDLE_LOG_PARK])
             .await?;
-        let http = pool()?;
+        let http = pool();
         let storage = server.storage_dir().ok_or("no storage directory")?;
         let empty = Figures::read(&server, &http).await?;
         let empty_disk = disk_bytes(&storage)?;

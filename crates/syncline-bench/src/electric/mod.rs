@@ -701,8 +701,8 @@ impl Errors {
 }
 
 /// A connection pool for one point's clients (see [`Pool`]).
-fn pool() -> Result<Pool, Error> {
-    Ok(Pool::new(CLIENT_TIMEOUT))
+fn pool() -> Pool {
+    Pool::new(CLIENT_TIMEOUT)
 }
 
 /// Syncs every client of `clients` (from `offset=-1` until up to date, no live request), at
@@ -878,7 +878,7 @@ async fn write_fanout(bench: &mut Bench, points: &[usize]) -> Result<Value, Erro
     let mut all_errors = 0;
     for &clients in points {
         let server = bench.server().await?;
-        let http = pool()?;
+        let http = pool();
         let live = LiveClients::start(
             (0..clients)
                 .map(|_| users_client(&http, &server, None, false))
@@ -938,7 +938,7 @@ async fn concurrent_shape_creation(bench: &mut Bench, points: &[usize]) -> Resul
     let mut headline = Map::new();
     for &n in points {
         let server = bench.server().await?;
-        let http = pool()?;
+        let http = pool();
         let clients: Vec<ShapeClient> = (1..=n)
             .map(|k| users_client(&http, &server, Some(&overlapping_where(k)), false))
             .collect::<Result<_, _>>()?;
@@ -1019,7 +1019,7 @@ async fn diverse_shape_fanout(bench: &mut Bench, points: &[usize]) -> Result<Val
     let mut headline = Map::new();
     for &n in points {
         let server = bench.server().await?;
-        let http = pool()?;
+        let http = pool();
         let live = LiveClients::start(
             (1..=n)
                 .map(|k| users_client(&http, &server, Some(&overlapping_where(k)), false))
@@ -1074,7 +1074,7 @@ async fn many_shapes_one_client(bench: &mut Bench, points: &[usize]) -> Result<V
     let mut headline = Map::new();
     for &n in points {
         let server = bench.server().await?;
-        let http = pool()?;
+        let http = pool();
         let mut watcher = users_client(&http, &server, Some(&overlapping_where(1)), true)?;
         watcher.sync().await?;
         let created = Instant::now();
@@ -1151,9 +1151,11 @@ fn scenario_json(mut headline: Map<String, Value>, parameters: Value, points: Ve
         .map(|n| n.get())
         .unwrap_or(0)
         .into();
-    parameters["load_generator"] =
-        "this process, same machine: hyper keep-alive connections (read buffers of at most 32 KB) on a two-worker tokio runtime, mimalloc"
-            .into();
+    parameters["load_generator"] = format!(
+        "this process, same machine: hyper keep-alive connections (read buffers of at most {} KB) on a two-worker tokio runtime, mimalloc",
+        http_pool::READ_BUFFER_MAX / 1024
+    )
+    .into();
     headline.insert("parameters".into(), parameters);
     headline.insert("points".into(), points.into());
     Value::Object(headline)

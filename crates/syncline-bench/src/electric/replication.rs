@@ -282,7 +282,7 @@ async fn point(bench: &mut Bench, form: Form, shapes: usize, load: Load) -> Resu
         &format!("ALTER PUBLICATION syncline_publication_{stream} ADD TABLE public.{TABLE}"),
     )
     .await?;
-    let http = pool()?;
+    let http = pool();
     let started = Instant::now();
     let errors = sync_all(
         (1..=shapes).map(|k| {

@@ -40,7 +40,7 @@ pub(super) async fn single_shape(bench: &mut Bench, points: &[u64]) -> Result<Va
         sql(&bench.db, &format!("VACUUM ANALYZE public.{TABLE}")).await?;
         let filled = filled.elapsed();
         let server = bench.server().await?;
-        let http = pool()?;
+        let http = pool();
         let mut client = ShapeClient::new(
             http,
             server.url(),

@@ -93,7 +93,7 @@ pub(super) async fn unrelated_shapes(
 /// One point: a fresh server, `n` shapes of `form`, [`WRITES`] timed writes into the last.
 async fn point(bench: &mut Bench, form: Form, n: usize) -> Result<Value, Error> {
     let server = bench.server().await?;
-    let http = pool()?;
+    let http = pool();
     let started = Instant::now();
     let errors = sync_all(
         (1..n).map(|k| users_client(&http, &server, Some(&form.where_clause(k)), false)),

@@ -59,7 +59,7 @@ pub(super) async fn waiting_clients(bench: &mut Bench, points: &[usize]) -> Resu
                 IDLE_SWEEP,
             ])
             .await?;
-        let http = pool()?;
+        let http = pool();
         users_client(&http, &server, Some(WAITING_WHERE), false)?
             .sync()
             .await?;
