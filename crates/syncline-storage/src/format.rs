@@ -323,14 +323,15 @@ pub const GROUP_ENTRY_MAGIC: [u8; 4] = *b"SGJE";
 /// Bytes of a group journal entry's header.
 pub const GROUP_ENTRY_HEADER_BYTES: usize = 48;
 
-/// One entry of a group journal: bytes written to a log's journal, made durable by the group
-/// journal's sync instead of the log journal's own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupEntry {
+/// One entry of the group journal: bytes of a log journal at their place there, borrowed from
+/// the bytes the entry is encoded in or from the frames of a group flush (the only type of
+/// entry: encoding and decoding copy nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupEntry<'a> {
     /// The group journal's epoch: a replay stops at the first entry of another epoch.
     pub epoch: u64,
     /// The log journal's path, relative to the store root (`<shape-id>/<seq:010>.journal`).
-    pub path: String,
+    pub path: &'a str,
     /// The log journal's id ([`JournalHeader::id`]).
     pub journal_id: u64,
     /// Position of the bytes in the log journal.
@@ -338,28 +339,10 @@ pub struct GroupEntry {
     /// The log journal's size after the write (it grows in sparse steps).
     pub file_len: u64,
     /// The bytes.
-    pub bytes: Vec<u8>,
-}
-
-/// A [`GroupEntry`]'s fields, borrowed: how a group flush encodes one, with no copy of its
-/// bytes (the only encoder of entries).
-#[derive(Debug, Clone, Copy)]
-pub struct GroupEntryRef<'a> {
-    /// As [`GroupEntry::epoch`].
-    pub epoch: u64,
-    /// As [`GroupEntry::path`].
-    pub path: &'a str,
-    /// As [`GroupEntry::journal_id`].
-    pub journal_id: u64,
-    /// As [`GroupEntry::at`].
-    pub at: u64,
-    /// As [`GroupEntry::file_len`].
-    pub file_len: u64,
-    /// As [`GroupEntry::bytes`].
     pub bytes: &'a [u8],
 }
 
-impl GroupEntryRef<'_> {
+impl<'a> GroupEntry<'a> {
     /// Appends the encoded entry to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let mut h = [0u8; GROUP_ENTRY_HEADER_BYTES];
@@ -381,12 +364,10 @@ impl GroupEntryRef<'_> {
         out.extend_from_slice(self.path.as_bytes());
         out.extend_from_slice(self.bytes);
     }
-}
 
-impl GroupEntry {
     /// Decodes the entry at the start of `buf` and its encoded length; `None` if none is there
     /// intact (torn, damaged, or zeros).
-    pub fn decode(buf: &[u8]) -> Option<(GroupEntry, usize)> {
+    pub fn decode(buf: &'a [u8]) -> Option<(GroupEntry<'a>, usize)> {
         let h = buf.get(..GROUP_ENTRY_HEADER_BYTES)?;
         if h[0..4] != GROUP_ENTRY_MAGIC {
             return None;
@@ -403,7 +384,7 @@ impl GroupEntry {
         if crc.finalize() != u32::from_le_bytes(h[4..8].try_into().unwrap()) {
             return None;
         }
-        let path = String::from_utf8(body[..path_len].to_vec()).ok()?;
+        let path = std::str::from_utf8(&body[..path_len]).ok()?;
         Some((
             GroupEntry {
                 epoch: u64_at(h, 8),
@@ -411,7 +392,7 @@ impl GroupEntry {
                 journal_id: u64_at(h, 16),
                 at: u64_at(h, 24),
                 file_len: u64_at(h, 32),
-                bytes: body[path_len..].to_vec(),
+                bytes: &body[path_len..],
             },
             end,
         ))
@@ -751,25 +732,17 @@ mod tests {
     fn group_entries_round_trip_and_refuse_damage() {
         let entry = GroupEntry {
             epoch: 3,
-            path: "shape-1/0000000002.journal".into(),
+            path: "shape-1/0000000002.journal",
             journal_id: 99,
             at: 64,
             file_len: JOURNAL_ALLOCATE_BYTES,
-            bytes: b"frame bytes".to_vec(),
+            bytes: b"frame bytes",
         };
         let mut buf = Vec::new();
-        GroupEntryRef {
-            epoch: entry.epoch,
-            path: &entry.path,
-            journal_id: entry.journal_id,
-            at: entry.at,
-            file_len: entry.file_len,
-            bytes: &entry.bytes,
-        }
-        .encode_into(&mut buf);
+        entry.encode_into(&mut buf);
         let len = buf.len();
         buf.extend_from_slice(&[0; 16]);
-        assert_eq!(GroupEntry::decode(&buf), Some((entry.clone(), len)));
+        assert_eq!(GroupEntry::decode(&buf), Some((entry, len)));
         assert_eq!(GroupEntry::decode(&buf[..len - 1]), None);
         assert_eq!(GroupEntry::decode(&[0; 64]), None);
         buf[len - 1] ^= 1;

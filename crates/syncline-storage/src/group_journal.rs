@@ -13,7 +13,7 @@
 //! the log journals they reached and starts writing the file again from the start, in a new
 //! epoch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -25,8 +25,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::chunk::JournalWrite;
 use crate::error::{io_err, Result, StorageError};
 use crate::format::{
-    parse_journal_name, GroupEntry, GroupEntryRef, JournalHeader, GROUP_ENTRY_HEADER_BYTES,
-    GROUP_JOURNAL_PREFIX, JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES,
+    parse_journal_name, GroupEntry, JournalHeader, GROUP_ENTRY_HEADER_BYTES, GROUP_JOURNAL_PREFIX,
+    JOURNAL_ALLOCATE_BYTES, JOURNAL_HEADER_BYTES,
 };
 use crate::io::{run_concurrently, try_lock, Io};
 use crate::num::to_u64;
@@ -116,7 +116,7 @@ impl GroupJournal {
                 .strip_prefix(root)
                 .map(|rest| rest.strip_prefix(b"/").unwrap_or(rest))
                 .expect("a log journal lies in its store");
-            GroupEntryRef {
+            GroupEntry {
                 epoch: a.epoch,
                 path: std::str::from_utf8(below).expect("shape ids are ASCII"),
                 journal_id: w.id,
@@ -173,14 +173,13 @@ impl Active {
 
     /// Applies the entries of the current epoch that `keep` keeps to their log journals,
     /// reading the file back a batch of whole flushes at a time (about `batch_bytes` each),
-    /// and returns the journals written.
+    /// and syncs the journals written.
     fn apply_entries(
         &self,
         batch_bytes: u64,
-        keep: impl Fn(&GroupEntry) -> bool,
-    ) -> Result<HashSet<PathBuf>> {
-        let root = self.root();
-        let mut touched = HashSet::new();
+        keep: impl Fn(&GroupEntry<'_>) -> bool,
+    ) -> Result<()> {
+        let mut journals = Journals::new(self.root());
         let mut start = 0;
         for (i, &end) in self.flush_ends.iter().enumerate() {
             let last = i + 1 == self.flush_ends.len();
@@ -192,18 +191,17 @@ impl Active {
                 .read_exact_at(&mut bytes, start)
                 .map_err(io_err(&self.path))?;
             let entries = epoch_entries(&bytes).into_iter().filter(&keep).collect();
-            touched.extend(apply_all(&self.io, &root, entries)?);
+            journals.apply(&self.io, entries)?;
             start = end;
         }
-        Ok(touched)
+        journals.sync(&self.io)
     }
 
     /// Applies every entry of this epoch to its log journal and syncs those journals, then
     /// starts a new epoch at the start of the file. After a failure the epoch goes on, so that
     /// every entry stays replayable.
     fn checkpoint(&mut self, batch_bytes: u64) -> Result<()> {
-        let touched = self.apply_entries(batch_bytes, |_| true)?;
-        sync_all(&self.io, &touched)?;
+        self.apply_entries(batch_bytes, |_| true)?;
         self.epoch += 1;
         self.end = 0;
         self.flush_ends.clear();
@@ -228,19 +226,18 @@ impl GroupJournal {
             return Ok(());
         };
         let prefix = format!("{shape}/");
-        let touched = a.apply_entries(self.batch_bytes(), |e| e.path.starts_with(&prefix))?;
-        sync_all(&a.io, &touched)
+        a.apply_entries(self.batch_bytes(), |e| e.path.starts_with(&prefix))
     }
 }
 
 /// The intact entries at the start of `bytes` that share the first one's epoch.
-fn epoch_entries(bytes: &[u8]) -> Vec<GroupEntry> {
-    let mut entries = Vec::new();
+fn epoch_entries(bytes: &[u8]) -> Vec<GroupEntry<'_>> {
+    let mut entries: Vec<GroupEntry<'_>> = Vec::new();
     let mut at = 0;
     while let Some((entry, len)) = bytes.get(at..).and_then(GroupEntry::decode) {
         if entries
             .first()
-            .is_some_and(|first: &GroupEntry| first.epoch != entry.epoch)
+            .is_some_and(|first| first.epoch != entry.epoch)
         {
             break;
         }
@@ -248,27 +245,6 @@ fn epoch_entries(bytes: &[u8]) -> Vec<GroupEntry> {
         at += len;
     }
     entries
-}
-
-/// `fdatasync` of every file of `paths` at once, each opened by path (a file removed since
-/// needs nothing: an indexed chunk's journal is removed once its files are synced).
-fn sync_all(io: &Io, paths: &HashSet<PathBuf>) -> Result<()> {
-    let paths: Vec<&PathBuf> = paths.iter().collect();
-    let failure = Mutex::new(None);
-    run_concurrently(paths.len(), |i| {
-        let result = match File::open(paths[i]) {
-            Ok(file) => io.sync_data(&file, paths[i]),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err(paths[i])(e)),
-        };
-        if let Err(e) = result {
-            *failure.lock().expect("failure lock") = Some(e);
-        }
-    });
-    match failure.into_inner().expect("failure lock") {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
 }
 
 /// Longest wait, when a store opens for writing, for another live store to let go of its
@@ -307,10 +283,9 @@ pub(crate) fn replay(root: &Path, wait_max: Duration) -> Result<()> {
             std::thread::sleep(GROUP_JOURNAL_RELEASE_POLL);
         }
         let bytes = fs::read(&path).map_err(io_err(&path))?;
-        let touched = apply_all(&io, root, epoch_entries(&bytes))?;
-        for journal in &touched {
-            io.sync_data(&File::open(journal).map_err(io_err(journal))?, journal)?;
-        }
+        let mut journals = Journals::new(root.to_path_buf());
+        journals.apply(&io, epoch_entries(&bytes))?;
+        journals.sync(&io)?;
         io.remove_file(&path)?;
         removed = true;
     }
@@ -320,86 +295,184 @@ pub(crate) fn replay(root: &Path, wait_max: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Writes every entry's bytes into its log journal, if that journal still exists with the
-/// entry's id (and restores the journal's size); entries of one journal are written in
-/// position order, adjacent ones in one write. Returns the journals written.
-fn apply_all(io: &Io, root: &Path, entries: Vec<GroupEntry>) -> Result<HashSet<PathBuf>> {
-    let mut by_journal: HashMap<String, Vec<GroupEntry>> = HashMap::new();
-    for entry in entries {
-        by_journal
-            .entry(entry.path.clone())
-            .or_default()
-            .push(entry);
-    }
-    let mut touched = HashSet::new();
-    for (relative, mut entries) in by_journal {
-        entries.sort_by_key(|e| e.at);
-        if let Some(journal) = apply_journal(io, root, &relative, &entries)? {
-            touched.insert(journal);
-        }
-    }
-    Ok(touched)
+/// Log journals a checkpoint keeps open from one batch of entries to the next, at most: past
+/// this many, each batch closes the journals it opened, and the next opens them again.
+pub const CHECKPOINT_OPEN_JOURNALS_MAX: usize = 1024;
+
+/// The log journals an application of entries reaches, by path relative to the store root:
+/// each opened (and its header read) once, however many batches of entries reach it, and
+/// synced once at the end.
+struct Journals {
+    root: PathBuf,
+    by_path: HashMap<String, Journal>,
+    /// Where adjacent entries of one journal are joined into one write; kept between writes.
+    run: Vec<u8>,
 }
 
-/// Writes `entries` (sorted by position) into the log journal at `relative`, those with its
-/// id; returns the journal's path if it still exists.
-fn apply_journal(
-    io: &Io,
-    root: &Path,
-    relative: &str,
-    entries: &[GroupEntry],
-) -> Result<Option<PathBuf>> {
-    let relative = Path::new(relative);
-    let names: Vec<&str> = relative
-        .components()
-        .map(|c| match c {
-            Component::Normal(name) => name.to_str(),
-            _ => None,
-        })
-        .collect::<Option<_>>()
-        .unwrap_or_default();
-    let [shape, journal] = names[..] else {
-        return Ok(None);
-    };
-    if shape.starts_with('.') || parse_journal_name(journal).is_none() {
-        return Ok(None);
-    }
-    let path = root.join(relative);
-    let file = match OpenOptions::new().read(true).write(true).open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(&path)(e)),
-    };
-    let mut head = [0u8; JOURNAL_HEADER_BYTES];
-    let id = (file.read_exact_at(&mut head, 0).is_ok())
-        .then(|| JournalHeader::decode(&head).map(|h| h.id))
-        .flatten();
-    let Some(id) = id else {
-        return Ok(None);
-    };
-    let mut run: Option<(u64, Vec<u8>)> = None;
-    let mut file_len = 0;
-    for e in entries.iter().filter(|e| e.journal_id == id) {
-        file_len = file_len.max(e.file_len);
-        match &mut run {
-            Some((at, bytes)) if *at + to_u64(bytes.len()) == e.at => {
-                bytes.extend_from_slice(&e.bytes);
-            }
-            _ => {
-                if let Some((at, bytes)) = run.take() {
-                    io.write_at(&file, &path, at, &bytes)?;
-                }
-                run = Some((e.at, e.bytes.clone()));
-            }
+/// A log journal entries are applied to.
+struct Journal {
+    path: PathBuf,
+    /// Open from its first batch of entries; `None` once closed (past [`CHECKPOINT_OPEN_JOURNALS_MAX`]:
+    /// the next batch reaching it opens it again, and reads its id again), or if it does not
+    /// exist or is not a journal.
+    file: Option<File>,
+    /// Its header's id; `None` if it does not exist or is not a journal: its entries are
+    /// skipped.
+    id: Option<u64>,
+    /// Its size, as of its opening and the writes since.
+    len: u64,
+    /// Whether entries were written to it, so that it needs a sync.
+    written: bool,
+}
+
+impl Journals {
+    fn new(root: PathBuf) -> Journals {
+        Journals {
+            root,
+            by_path: HashMap::new(),
+            run: Vec::new(),
         }
     }
-    let Some((at, bytes)) = run else {
-        return Ok(None);
-    };
-    io.write_at(&file, &path, at, &bytes)?;
-    let len = file.metadata().map_err(io_err(&path))?.len();
-    if len < file_len {
-        io.set_len(&file, &path, file_len)?;
+
+    /// Writes every entry's bytes into its log journal, if that journal exists with the
+    /// entry's id (and restores the journal's size); entries of one journal are written in
+    /// position order, adjacent ones in one write.
+    fn apply(&mut self, io: &Io, entries: Vec<GroupEntry<'_>>) -> Result<()> {
+        let mut by_journal: HashMap<&str, Vec<GroupEntry<'_>>> = HashMap::new();
+        for entry in entries {
+            by_journal.entry(entry.path).or_default().push(entry);
+        }
+        for (relative, mut entries) in by_journal {
+            entries.sort_by_key(|e| e.at);
+            if !self.by_path.contains_key(relative) {
+                let journal = Journal::open(&self.root, relative)?;
+                self.by_path.insert(relative.to_owned(), journal);
+            }
+            let journal = self.by_path.get_mut(relative).expect("inserted above");
+            journal.write(io, &entries, &mut self.run)?;
+        }
+        if self.by_path.len() > CHECKPOINT_OPEN_JOURNALS_MAX {
+            for journal in self.by_path.values_mut() {
+                journal.file = None;
+            }
+        }
+        Ok(())
     }
-    Ok(Some(path))
+
+    /// `fdatasync` of every journal written, at once (a journal closed meanwhile is opened by
+    /// path again; one removed since needs nothing: an indexed chunk's journal is removed once
+    /// its files are synced).
+    fn sync(self, io: &Io) -> Result<()> {
+        let written: Vec<&Journal> = self.by_path.values().filter(|j| j.written).collect();
+        let failure = Mutex::new(None);
+        run_concurrently(written.len(), |i| {
+            let journal = written[i];
+            let result = match &journal.file {
+                Some(file) => io.sync_data(file, &journal.path),
+                None => match File::open(&journal.path) {
+                    Ok(file) => io.sync_data(&file, &journal.path),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(io_err(&journal.path)(e)),
+                },
+            };
+            if let Err(e) = result {
+                *failure.lock().expect("failure lock") = Some(e);
+            }
+        });
+        match failure.into_inner().expect("failure lock") {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Journal {
+    /// The log journal at `relative` below `root`, opened, with its id read; a path that
+    /// names no log journal, or one that does not exist or has no valid header, gets no id.
+    fn open(root: &Path, relative: &str) -> Result<Journal> {
+        let mut journal = Journal {
+            path: root.join(relative),
+            file: None,
+            id: None,
+            len: 0,
+            written: false,
+        };
+        let names: Vec<&str> = Path::new(relative)
+            .components()
+            .map(|c| match c {
+                Component::Normal(name) => name.to_str(),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .unwrap_or_default();
+        if let [shape, name] = names[..] {
+            if !shape.starts_with('.') && parse_journal_name(name).is_some() {
+                journal.reopen()?;
+            }
+        }
+        Ok(journal)
+    }
+
+    /// Opens the file at the journal's path and reads its id and size (no id, and no file
+    /// kept, if it does not exist or has no valid header).
+    fn reopen(&mut self) -> Result<()> {
+        self.id = None;
+        let file = match OpenOptions::new().read(true).write(true).open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&self.path)(e)),
+        };
+        let mut head = [0u8; JOURNAL_HEADER_BYTES];
+        self.id = (file.read_exact_at(&mut head, 0).is_ok())
+            .then(|| JournalHeader::decode(&head).map(|h| h.id))
+            .flatten();
+        if self.id.is_some() {
+            self.len = file.metadata().map_err(io_err(&self.path))?.len();
+            self.file = Some(file);
+        }
+        Ok(())
+    }
+
+    /// Writes `entries` (sorted by position) that carry the journal's id, adjacent ones joined
+    /// in `run`, and extends the file to the size the last of them had.
+    fn write(&mut self, io: &Io, entries: &[GroupEntry<'_>], run: &mut Vec<u8>) -> Result<()> {
+        if self.id.is_some() && self.file.is_none() {
+            self.reopen()?;
+        }
+        let Some(id) = self.id else {
+            return Ok(());
+        };
+        let mut entries = entries.iter().filter(|e| e.journal_id == id).peekable();
+        if entries.peek().is_none() {
+            return Ok(());
+        }
+        let file = self.file.as_ref().expect("opened above");
+        let mut file_len = 0;
+        let mut run_at = None;
+        run.clear();
+        for e in entries {
+            file_len = file_len.max(e.file_len);
+            match run_at {
+                Some(at) if at + to_u64(run.len()) == e.at => run.extend_from_slice(e.bytes),
+                _ => {
+                    if let Some(at) = run_at {
+                        io.write_at(file, &self.path, at, run)?;
+                        self.len = self.len.max(at + to_u64(run.len()));
+                    }
+                    run.clear();
+                    run.extend_from_slice(e.bytes);
+                    run_at = Some(e.at);
+                }
+            }
+        }
+        let at = run_at.expect("one entry at least");
+        io.write_at(file, &self.path, at, run)?;
+        self.len = self.len.max(at + to_u64(run.len()));
+        if self.len < file_len {
+            io.set_len(file, &self.path, file_len)?;
+            self.len = file_len;
+        }
+        self.written = true;
+        Ok(())
+    }
 }

@@ -61,7 +61,9 @@ mod writer;
 pub use compaction::{CompactionStats, MergeFn, COMPACTION_KEEP_CHUNKS_DEFAULT};
 pub use error::{Result, StorageError};
 pub use followers::FollowerMark;
-pub use group_journal::{GROUP_JOURNAL_BYTES_MAX_DEFAULT, GROUP_JOURNAL_RELEASE_WAIT_MAX};
+pub use group_journal::{
+    CHECKPOINT_OPEN_JOURNALS_MAX, GROUP_JOURNAL_BYTES_MAX_DEFAULT, GROUP_JOURNAL_RELEASE_WAIT_MAX,
+};
 pub use io::FaultPlan;
 pub use message::{Message, Operation};
 pub use options::{

@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use common::{committed_prefix, read_all, workload_txn, Owned};
 use syncline_storage::{
     flush_all, FaultPlan, GroupSync, LogOffset, Result, Store, Writer, WriterOptions,
+    CHECKPOINT_OPEN_JOURNALS_MAX,
 };
 
 const SHAPE: &str = "crashy";
@@ -94,7 +95,11 @@ fn run_workload(root: &Path, plan: Arc<FaultPlan>, durable: &mut u64) -> Result<
 /// Reopens after a crash and checks the log is a prefix of the committed transactions holding
 /// at least every durable one; returns how many survived.
 fn check_recovery(root: &Path, shape: &str, durable: u64) -> u64 {
-    let store = Store::open(root).unwrap();
+    check_recovery_in(&Store::open(root).unwrap(), shape, durable)
+}
+
+/// [`check_recovery`] with the store opened (and its group journals replayed) already.
+fn check_recovery_in(store: &Store, shape: &str, durable: u64) -> u64 {
     if !store.list_shapes().unwrap().contains(&shape.to_string()) {
         assert_eq!(durable, 0, "a shape with durable data disappeared");
         return 0;
@@ -623,6 +628,95 @@ fn a_large_group_flush_survives_a_power_cut_in_every_log() {
     plan.simulate_power_loss(false, |_| 0).unwrap();
     for i in 0..LOGS {
         check_recovery(dir.path(), &format!("log-{i}"), 1);
+    }
+}
+
+/// Writer options under which a log's every byte stays in its tail chunk and is made durable
+/// through the journal (the default bounds; `plan` as given).
+fn journaled_options(plan: Option<Arc<FaultPlan>>) -> WriterOptions {
+    WriterOptions {
+        fault_plan: plan,
+        ..WriterOptions::default()
+    }
+}
+
+/// Bytes of entries one group flush of `txn` to `shapes` (new) writes into the group journal:
+/// where the file's written bytes end (its unused end reads as zeros).
+fn group_flush_bytes(shapes: &[String], txn: &[Owned]) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut writers: Vec<Writer> = shapes
+        .iter()
+        .map(|s| store.create_shape(s, &journaled_options(None)).unwrap())
+        .collect();
+    for w in &mut writers {
+        append_and_commit(w, txn);
+    }
+    let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+    for reported in flush_all(&mut group, GroupSync::Journal) {
+        reported.unwrap();
+    }
+    let journal = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".group-journal")
+        })
+        .expect("a group flush creates the group journal");
+    let bytes = std::fs::read(journal).unwrap();
+    bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |i| i as u64 + 1)
+}
+
+/// A checkpoint whose entries reach more log journals than it keeps open, over several
+/// batches, writes and syncs every one of them: after the group journal started again and a
+/// power cut lost everything unsynced, every log recovers every commit. (Each log's bytes are
+/// durable only through its journal's frames: the tail never closes, its files are never
+/// synced.)
+#[test]
+fn a_checkpoint_past_its_open_journals_makes_every_log_durable() {
+    let _no_spawn = no_spawn();
+    const TXNS: u64 = 5;
+    let shapes: Vec<String> = (0..CHECKPOINT_OPEN_JOURNALS_MAX + 26)
+        .map(|i| format!("log-{i}"))
+        .collect();
+    // The first checkpoint comes at the third flush, and each flush is a batch of its own
+    // (a checkpoint reads back an eighth of the bound at a time); the last two flushes are of
+    // the next epoch, written over the start of the file.
+    let per_flush = group_flush_bytes(&shapes, &workload_txn(1));
+    let dir = tempfile::tempdir().unwrap();
+    let plan = FaultPlan::unlimited();
+    let store = Store::open(dir.path())
+        .unwrap()
+        .with_group_journal_bytes_max(per_flush * 5 / 2);
+    let mut writers: Vec<Writer> = shapes
+        .iter()
+        .map(|s| {
+            store
+                .create_shape(s, &journaled_options(Some(plan.clone())))
+                .unwrap()
+        })
+        .collect();
+    for t in 1..=TXNS {
+        let txn = workload_txn(t);
+        for w in &mut writers {
+            append_and_commit(w, &txn);
+        }
+        let mut group: Vec<&mut Writer> = writers.iter_mut().collect();
+        for reported in flush_all(&mut group, GroupSync::Journal) {
+            assert_eq!(reported.unwrap(), txn.last().map(|m| m.offset));
+        }
+    }
+    drop((writers, store));
+    plan.simulate_power_loss(false, |_| 0).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for shape in &shapes {
+        assert_eq!(check_recovery_in(&store, shape, TXNS), TXNS);
     }
 }
 
