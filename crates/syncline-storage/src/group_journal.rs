@@ -295,16 +295,35 @@ pub(crate) fn replay(root: &Path, wait_max: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Log journals a checkpoint keeps open from one batch of entries to the next, at most: past
-/// this many, each batch closes the journals it opened, and the next opens them again.
+/// Log journals a checkpoint keeps open at once, at most (and at most an eighth of the
+/// process's open-files limit): a journal opened past that is closed once written, and the
+/// next batch of entries reaching it opens it again.
 pub const CHECKPOINT_OPEN_JOURNALS_MAX: usize = 1024;
 
+/// [`CHECKPOINT_OPEN_JOURNALS_MAX`], or an eighth of the process's open-files limit if less.
+fn open_journals_max() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed to it.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        0
+    };
+    CHECKPOINT_OPEN_JOURNALS_MAX.min(soft / 8)
+}
+
 /// The log journals an application of entries reaches, by path relative to the store root:
-/// each opened (and its header read) once, however many batches of entries reach it, and
-/// synced once at the end.
+/// each opened (and its header read) once, however many batches of entries reach it (up to
+/// [`open_journals_max`] open at once), and synced once at the end.
 struct Journals {
     root: PathBuf,
     by_path: HashMap<String, Journal>,
+    /// Journals open now, and how many may be.
+    open: usize,
+    open_max: usize,
     /// Where adjacent entries of one journal are joined into one write; kept between writes.
     run: Vec<u8>,
 }
@@ -312,14 +331,15 @@ struct Journals {
 /// A log journal entries are applied to.
 struct Journal {
     path: PathBuf,
-    /// Open from its first batch of entries; `None` once closed (past [`CHECKPOINT_OPEN_JOURNALS_MAX`]:
-    /// the next batch reaching it opens it again, and reads its id again), or if it does not
-    /// exist or is not a journal.
+    /// Open from the first batch of entries it is written in; `None` before, and once closed
+    /// (opened past [`open_journals_max`]: the next batch reaching it opens it again).
     file: Option<File>,
-    /// Its header's id; `None` if it does not exist or is not a journal: its entries are
-    /// skipped.
-    id: Option<u64>,
-    /// Its size, as of its opening and the writes since.
+    /// Whether its entries are applied: its path names a log journal and, when last opened,
+    /// the file existed with a valid header.
+    live: bool,
+    /// Its header's id, read at each opening.
+    id: u64,
+    /// Its size, as of its last opening and the writes since.
     len: u64,
     /// Whether entries were written to it, so that it needs a sync.
     written: bool,
@@ -330,6 +350,8 @@ impl Journals {
         Journals {
             root,
             by_path: HashMap::new(),
+            open: 0,
+            open_max: open_journals_max(),
             run: Vec::new(),
         }
     }
@@ -345,16 +367,20 @@ impl Journals {
         for (relative, mut entries) in by_journal {
             entries.sort_by_key(|e| e.at);
             if !self.by_path.contains_key(relative) {
-                let journal = Journal::open(&self.root, relative)?;
+                let journal = Journal::new(&self.root, relative);
                 self.by_path.insert(relative.to_owned(), journal);
             }
             let journal = self.by_path.get_mut(relative).expect("inserted above");
-            journal.write(io, &entries, &mut self.run)?;
-        }
-        if self.by_path.len() > CHECKPOINT_OPEN_JOURNALS_MAX {
-            for journal in self.by_path.values_mut() {
-                journal.file = None;
+            let was_open = journal.file.is_some();
+            let written = journal.write(io, &entries, &mut self.run);
+            if journal.file.is_some() && !was_open {
+                self.open += 1;
+                if self.open > self.open_max {
+                    journal.file = None;
+                    self.open -= 1;
+                }
             }
+            written?;
         }
         Ok(())
     }
@@ -387,16 +413,9 @@ impl Journals {
 }
 
 impl Journal {
-    /// The log journal at `relative` below `root`, opened, with its id read; a path that
-    /// names no log journal, or one that does not exist or has no valid header, gets no id.
-    fn open(root: &Path, relative: &str) -> Result<Journal> {
-        let mut journal = Journal {
-            path: root.join(relative),
-            file: None,
-            id: None,
-            len: 0,
-            written: false,
-        };
+    /// The log journal at `relative` below `root`, not opened yet; live if the path names a
+    /// log journal (`<shape-id>/<seq:010>.journal`).
+    fn new(root: &Path, relative: &str) -> Journal {
         let names: Vec<&str> = Path::new(relative)
             .components()
             .map(|c| match c {
@@ -405,43 +424,53 @@ impl Journal {
             })
             .collect::<Option<_>>()
             .unwrap_or_default();
-        if let [shape, name] = names[..] {
-            if !shape.starts_with('.') && parse_journal_name(name).is_some() {
-                journal.reopen()?;
-            }
+        let live = matches!(names[..], [shape, name]
+            if !shape.starts_with('.') && parse_journal_name(name).is_some());
+        Journal {
+            path: root.join(relative),
+            file: None,
+            live,
+            id: 0,
+            len: 0,
+            written: false,
         }
-        Ok(journal)
     }
 
-    /// Opens the file at the journal's path and reads its id and size (no id, and no file
-    /// kept, if it does not exist or has no valid header).
+    /// Opens the file at the journal's path and reads its id and size; a file that does not
+    /// exist or has no valid header makes the journal not live.
     fn reopen(&mut self) -> Result<()> {
-        self.id = None;
         let file = match OpenOptions::new().read(true).write(true).open(&self.path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.live = false;
+                return Ok(());
+            }
             Err(e) => return Err(io_err(&self.path)(e)),
         };
         let mut head = [0u8; JOURNAL_HEADER_BYTES];
-        self.id = (file.read_exact_at(&mut head, 0).is_ok())
+        let id = (file.read_exact_at(&mut head, 0).is_ok())
             .then(|| JournalHeader::decode(&head).map(|h| h.id))
             .flatten();
-        if self.id.is_some() {
-            self.len = file.metadata().map_err(io_err(&self.path))?.len();
-            self.file = Some(file);
-        }
+        let Some(id) = id else {
+            self.live = false;
+            return Ok(());
+        };
+        self.id = id;
+        self.len = file.metadata().map_err(io_err(&self.path))?.len();
+        self.file = Some(file);
         Ok(())
     }
 
     /// Writes `entries` (sorted by position) that carry the journal's id, adjacent ones joined
     /// in `run`, and extends the file to the size the last of them had.
     fn write(&mut self, io: &Io, entries: &[GroupEntry<'_>], run: &mut Vec<u8>) -> Result<()> {
-        if self.id.is_some() && self.file.is_none() {
+        if self.live && self.file.is_none() {
             self.reopen()?;
         }
-        let Some(id) = self.id else {
+        if !self.live {
             return Ok(());
-        };
+        }
+        let id = self.id;
         let mut entries = entries.iter().filter(|e| e.journal_id == id).peekable();
         if entries.peek().is_none() {
             return Ok(());
