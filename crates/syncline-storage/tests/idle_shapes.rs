@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Owned;
+use common::{limit_open_files, Owned};
 use syncline_storage::{LogOffset, Operation, Reader, Store, WriterOptions};
 
 /// Shapes the test makes unless `SYNCLINE_TEST_IDLE_SHAPES` says otherwise.
@@ -15,20 +15,6 @@ const SHAPES_DEFAULT: usize = 1_000;
 /// The open-file limit the test runs under: an open writer holds six descriptors, so at most
 /// ten shapes could stay open.
 const OPEN_FILES_MAX: libc::rlim_t = 64;
-
-/// Lowers this process's soft limit on open files to `max`.
-fn limit_open_files(max: libc::rlim_t) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        limit.rlim_cur = max.min(limit.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
-    }
-}
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()

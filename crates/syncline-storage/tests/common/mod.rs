@@ -226,3 +226,17 @@ pub fn power_cut(plan: &syncline_storage::FaultPlan, hole: bool, mut seed: u64) 
     })
     .unwrap();
 }
+
+/// Lowers this process's soft limit on open files to `max` (at most the hard limit).
+pub fn limit_open_files(max: libc::rlim_t) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = max.min(limit.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
