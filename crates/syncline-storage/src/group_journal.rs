@@ -372,7 +372,7 @@ impl Journals {
             }
             let journal = self.by_path.get_mut(relative).expect("inserted above");
             let was_open = journal.file.is_some();
-            let written = journal.write(io, &entries, &mut self.run);
+            let result = journal.write(io, &entries, &mut self.run);
             if journal.file.is_some() && !was_open {
                 self.open += 1;
                 if self.open > self.open_max {
@@ -380,7 +380,7 @@ impl Journals {
                     self.open -= 1;
                 }
             }
-            written?;
+            result?;
         }
         Ok(())
     }
