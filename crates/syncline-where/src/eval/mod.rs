@@ -65,6 +65,15 @@ pub(crate) fn eval(expr: &Expr, row: &Cx) -> Result<Nullable, EvalError> {
     match expr {
         Expr::Const { value, .. } => Ok(value.clone()),
         Expr::Column { index, .. } => row.get(*index),
+        // Most operators take two operands: no vectors for them (a comparison per change and
+        // shape is the router's and the pipeline's commonest evaluation).
+        Expr::Op { op, args, ty } if args.len() == 2 => {
+            let (left, right) = (eval(&args[0], row)?, eval(&args[1], row)?);
+            match (left, right) {
+                (Some(left), Some(right)) => apply(op, args, &[left, right], ty),
+                _ => Ok(None),
+            }
+        }
         Expr::Op { op, args, ty } => {
             let mut values = Vec::with_capacity(args.len());
             for arg in args {
