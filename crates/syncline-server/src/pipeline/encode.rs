@@ -34,6 +34,11 @@ impl PendingMessage {
     }
 }
 
+/// A message's bytes besides its key, row objects and relation: the separator, the field
+/// names, the headers with their largest numbers, and the closing `,"last":true}}` (its buffer
+/// is made this much larger than those, so that it is never grown).
+const MESSAGE_FIXED_BYTES: usize = 224;
+
 /// Where a change sits in its transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct ChangeContext {
@@ -255,7 +260,14 @@ impl ChangeEncoder {
         op_delta: u64,
     ) -> PendingMessage {
         let key = self.key(row);
-        let mut json = Vec::with_capacity(256);
+        let mut json = Vec::with_capacity(
+            MESSAGE_FIXED_BYTES
+                + 2 * key.len()
+                + self.layout.relation_json.len()
+                + self.object_len(row, fields)
+                + old_value.map_or(0, |(old, changed)| self.object_len(old, changed))
+                + key_change.map_or(0, |(_, other)| 2 * other.len()),
+        );
         json.push(wire::STORED_SEPARATOR);
         wire::write_message_start(&mut json, &key);
         self.write_object(&mut json, row, fields);
@@ -274,6 +286,19 @@ impl ChangeEncoder {
             op,
             json,
         }
+    }
+
+    /// The bytes [`ChangeEncoder::write_object`] writes for `fields` of `row` when no value
+    /// needs escaping.
+    fn object_len(&self, row: &[Value], fields: &[usize]) -> usize {
+        let values: usize = fields
+            .iter()
+            .map(|&f| {
+                let (i, prefix) = &self.layout.selected[f];
+                prefix.len() + row[*i].as_text().map_or(4, |t| t.len() + 2) + 1
+            })
+            .sum();
+        values + 2
     }
 
     fn write_object(&self, json: &mut Vec<u8>, row: &[Value], fields: &[usize]) {
