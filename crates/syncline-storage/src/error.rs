@@ -1,7 +1,7 @@
 //! The crate's error type.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use syncline_core::LogOffset;
 
@@ -88,10 +88,13 @@ impl StorageError {
 /// Shorthand for results of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
-/// Attaches a path to an `io::Error`.
-pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> StorageError {
-    let path = path.into();
-    move |source| StorageError::Io { path, source }
+/// Attaches a path to an `io::Error`; the path is copied only when there is an error (this
+/// wraps every file operation of a flush).
+pub(crate) fn io_err<P: AsRef<Path>>(path: P) -> impl FnOnce(io::Error) -> StorageError {
+    move |source| StorageError::Io {
+        path: path.as_ref().to_path_buf(),
+        source,
+    }
 }
 
 /// Builds a [`StorageError::Corrupt`].
