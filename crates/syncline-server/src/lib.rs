@@ -11,7 +11,6 @@
 #![deny(missing_docs)]
 
 pub mod admission;
-pub mod blocking;
 pub mod compaction;
 pub mod config;
 pub mod follow;

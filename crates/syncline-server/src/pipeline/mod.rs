@@ -591,7 +591,7 @@ impl Pipeline {
             self.first_unflushed.get_or_insert_with(Instant::now);
             self.flush();
         }
-        crate::blocking::in_place(|| {
+        tokio::task::block_in_place(|| {
             self.shapes.hold_writers();
             if resting_over {
                 self.shapes.park_held_writers();
@@ -739,7 +739,7 @@ impl Pipeline {
         let started = Instant::now();
         let dirty: Vec<(u32, ShapeId)> = self.dirty.drain().collect();
         let mut failed = Vec::new();
-        crate::blocking::in_place(|| {
+        tokio::task::block_in_place(|| {
             // Every dirty log is flushed together: their durability costs one sync when they
             // are many (`syncline_storage::flush_all`).
             let slots: Vec<(u32, ShapeId, &Slot)> = dirty
@@ -805,7 +805,7 @@ impl Pipeline {
 
     /// Tells standbys and replicas how far this writer is.
     fn publish_progress(&self) {
-        if let Err(e) = crate::blocking::in_place(|| self.progress.publish()) {
+        if let Err(e) = tokio::task::block_in_place(|| self.progress.publish()) {
             tracing::debug!(error = %e, "could not publish replication progress");
         }
     }
@@ -866,7 +866,7 @@ impl Pipeline {
             return;
         }
         let current = self.txn.as_ref().map(|t| t.xid);
-        let result = crate::blocking::in_place(|| -> syncline_storage::Result<()> {
+        let result = tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
             slot.feed.go_live(current, &mut WriterLog(&slot.shape))?;
             let durable = slot.shape.writer.lock().get()?.flush()?;
             slot.shape.update(|s| {
@@ -942,7 +942,7 @@ impl ShapeLog for WriterLog<'_> {
     }
 
     fn last_committed_lsn(&mut self) -> syncline_storage::Result<u64> {
-        crate::blocking::in_place(|| {
+        tokio::task::block_in_place(|| {
             let mut guard = self.0.writer.lock();
             Ok(guard.get()?.last_committed().map_or(0, |o| o.tx))
         })

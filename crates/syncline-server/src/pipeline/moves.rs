@@ -38,7 +38,8 @@ pub(super) fn filter_of(table: &Table, id: ShapeId) -> Option<&Where> {
 
 /// The offset of the log's last commit (`0_0` for an empty log).
 pub(super) fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
-    let last = crate::blocking::in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
+    let last =
+        tokio::task::block_in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
     Ok(last.unwrap_or(LogOffset::new(0, 0)))
 }
 
@@ -123,7 +124,7 @@ impl Pipeline {
             })
             .collect();
         let written = at.map_err(|e| e.to_string()).and_then(|_| {
-            crate::blocking::in_place(|| self.shapes.append_views(&shape, &records))
+            tokio::task::block_in_place(|| self.shapes.append_views(&shape, &records))
                 .map_err(|e| e.to_string())
         });
         if let Err(e) = written {
@@ -265,7 +266,7 @@ impl Pipeline {
                 seen: seen.map(PgSnapshot::to_string),
             })
             .collect();
-        crate::blocking::in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
+        tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
             |e| syncline_storage::StorageError::Io {
                 path: slot.shape.handle.clone().into(),
                 source: e,
@@ -321,7 +322,7 @@ impl Pipeline {
             &Self::patterns(&filter, &prefix, &changes),
             &txids,
         ));
-        crate::blocking::in_place(|| -> syncline_storage::Result<()> {
+        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
             let mut guard = shape.writer.lock();
             let writer = guard.get()?;
             writer.append(&[Message {
@@ -397,7 +398,7 @@ impl Pipeline {
         self.metrics.move_ins.inc();
         let shapes = self.shapes.clone();
         let must_see = self.recent_commits.must_see();
-        self.shapes.spawn(async move {
+        tokio::spawn(async move {
             let result = match query {
                 Ok(query) => read_move_in(&shapes, &query, &must_see)
                     .await
@@ -579,7 +580,7 @@ impl Pipeline {
                 json: &end,
             });
         }
-        crate::blocking::in_place(|| -> syncline_storage::Result<()> {
+        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
             let mut guard = shape.writer.lock();
             let writer = guard.get()?;
             writer.append(&messages)?;
