@@ -731,15 +731,24 @@ impl Pipeline {
     }
 
     /// Makes every committed change durable, publishes the new durable offsets, and tells
-    /// Postgres.
+    /// Postgres. Blocks in one `block_in_place` for all of it (each hands the worker's other
+    /// tasks to another thread; the calls within it cost nothing more).
     fn flush(&mut self) {
+        if self.first_unflushed.is_none() {
+            return;
+        }
+        tokio::task::block_in_place(|| self.flush_blocking());
+    }
+
+    /// [`Pipeline::flush`], on a thread that may block.
+    fn flush_blocking(&mut self) {
         if self.first_unflushed.take().is_none() {
             return;
         }
         let started = Instant::now();
         let dirty: Vec<(u32, ShapeId)> = self.dirty.drain().collect();
         let mut failed = Vec::new();
-        tokio::task::block_in_place(|| {
+        {
             // Every dirty log is flushed together: their durability costs one sync when they
             // are many (`syncline_storage::flush_all`).
             let slots: Vec<(u32, ShapeId, &Slot)> = dirty
@@ -785,7 +794,7 @@ impl Pipeline {
             for guard in &mut guards {
                 guard.hold_if_over_bound();
             }
-        });
+        }
         for (oid, id, e) in failed {
             self.storage_failed(oid, id, e);
         }
