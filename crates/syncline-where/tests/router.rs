@@ -2,7 +2,8 @@
 //! combinations and arbitrary clauses) and random changes, `affected` must equal evaluating
 //! every shape, also after shapes are removed and re-added. Shapes with subqueries too, their
 //! value sets changing between rounds: `affected` must also hold every shape whose clause is
-//! true (`includes_in`) on the old or new row; and routing them stays indexed.
+//! true (`includes_in`) on the old or new row; and routing them stays indexed. A match
+//! `affected_certain` calls certain must have its clause true on the row.
 
 mod common;
 
@@ -99,7 +100,18 @@ fn random_row(rng: &mut StdRng, id: usize) -> Vec<Value> {
     row
 }
 
-fn check_all(router: &Router, shapes: &[Where], rng: &mut StdRng, seed: u64) {
+/// Checks `affected` against the scan, and `affected_certain` against `affected` and the
+/// shapes' clauses (`filtered[id]`: shape `id` was added with its clause). Returns how many
+/// matches were certain.
+fn check_all(
+    router: &Router,
+    shapes: &[Where],
+    filtered: &[bool],
+    rng: &mut StdRng,
+    seed: u64,
+) -> usize {
+    let types = RowTypes::of(&common::relation());
+    let mut certain_matches = 0;
     for id in 0..CHANGES {
         let old = random_row(rng, id);
         let new = random_row(rng, id);
@@ -123,7 +135,27 @@ fn check_all(router: &Router, shapes: &[Where], rng: &mut StdRng, seed: u64) {
             "seed {seed}, change {change:?}: index and scan differ on\n{}",
             differing.join("\n")
         );
+        let certain = router.affected_certain(&change);
+        assert_eq!(
+            certain.iter().map(|&(id, _)| id).collect::<Vec<_>>(),
+            got,
+            "seed {seed}: affected_certain finds the shapes affected finds"
+        );
+        for (id, _) in certain.into_iter().filter(|&(_, certain)| certain) {
+            certain_matches += 1;
+            let row = match change {
+                Change::Insert(row) | Change::Delete(row) => row,
+                Change::Update { .. } => panic!("seed {seed}: an update's match is never certain"),
+            };
+            let i = usize::try_from(id).unwrap();
+            assert!(
+                !filtered[i] || shapes[i].includes(&Row::new(&types, row)),
+                "seed {seed}, change {change:?}: shape {id} ({}) is certain but its clause is not true",
+                shapes[i].sql()
+            );
+        }
     }
+    certain_matches
 }
 
 fn run_seed(seed: u64) {
@@ -131,27 +163,31 @@ fn run_seed(seed: u64) {
     let relation = common::relation();
     let mut router = Router::new(&relation);
     let mut added = Vec::new();
+    let mut filtered = Vec::new();
     while (added.len() as u64) < SHAPES {
         let text = indexable(&mut rng, 2);
         let Ok(w) = Where::new(&text, &relation, &[]) else {
             continue;
         };
         let id = added.len() as u64;
-        router.add(id, if rng.gen_ratio(1, 50) { None } else { Some(&w) });
+        let with_clause = !rng.gen_ratio(1, 50);
+        router.add(id, with_clause.then_some(&w));
         added.push(w);
+        filtered.push(with_clause);
     }
-    check_all(&router, &added, &mut rng, seed);
+    let mut certain = check_all(&router, &added, &filtered, &mut rng, seed);
     for id in 0..SHAPES {
         if rng.gen() {
             assert!(router.remove(id));
         }
     }
-    check_all(&router, &added, &mut rng, seed);
+    certain += check_all(&router, &added, &filtered, &mut rng, seed);
     for (id, w) in added.iter().enumerate() {
         router.add(id as u64, Some(w));
     }
     assert_eq!(router.len() as u64, SHAPES);
-    check_all(&router, &added, &mut rng, seed);
+    certain += check_all(&router, &added, &vec![true; added.len()], &mut rng, seed);
+    assert!(certain > 0, "seed {seed}: no match was certain");
 }
 
 #[test]

@@ -644,17 +644,18 @@ impl Pipeline {
                 txn.deps.insert((oid, dep_id));
             }
         }
-        let mut candidates = table.router.affected(&change);
+        let mut candidates = table.router.affected_certain(&change);
         if !table.unrouted.is_empty() {
-            candidates.extend(table.unrouted.iter().copied());
+            candidates.extend(table.unrouted.iter().map(|&id| (id, false)));
+            // An id routed and unrouted keeps `false` (sorted first): it is evaluated.
             candidates.sort_unstable();
-            candidates.dedup();
+            candidates.dedup_by_key(|(id, _)| *id);
         }
         if candidates.is_empty() {
             return;
         }
         let mut failed = Vec::new();
-        for id in candidates {
+        for (id, certain) in candidates {
             let Some(slot) = table.slots.get_mut(&id) else {
                 continue;
             };
@@ -679,7 +680,8 @@ impl Pipeline {
                     continue;
                 }
             }
-            let messages = slot.messages(&table.types, old.as_deref(), new.as_deref(), ctx);
+            let messages =
+                slot.messages(&table.types, old.as_deref(), new.as_deref(), ctx, certain);
             if messages.is_empty() {
                 continue;
             }

@@ -643,7 +643,7 @@ impl Pipeline {
                     lsn: txn.lsn,
                     op: *op,
                 };
-                for message in slot.messages(&types, old.as_deref(), new.as_deref(), ctx) {
+                for message in slot.messages(&types, old.as_deref(), new.as_deref(), ctx, false) {
                     slot.feed.push(txn.xid, message, &mut log)?;
                 }
             }

@@ -32,16 +32,20 @@ pub struct Slot {
 impl Slot {
     /// The messages a change makes for the shape (none if it does not concern it), rows in the
     /// table's layout, headers left open. A subquery shape's rows are judged against the value
-    /// sets its log reflects, and carry their tags.
+    /// sets its log reflects, and carry their tags. `certain`: the router found the shape's
+    /// clause true for the change's only row ([`syncline_where::Router::affected_certain`]),
+    /// so it is not evaluated again.
     pub fn messages(
         &self,
         types: &RowTypes,
         old: Option<&[Value]>,
         new: Option<&[Value]>,
         ctx: ChangeContext,
+        certain: bool,
     ) -> Vec<PendingMessage> {
-        let old_row = old.map(|v| Row::new(types, v));
-        let new_row = new.map(|v| Row::new(types, v));
+        let evaluate = !certain || self.subquery.is_some();
+        let old_row = old.filter(|_| evaluate).map(|v| Row::new(types, v));
+        let new_row = new.filter(|_| evaluate).map(|v| Row::new(types, v));
         let includes = |row: &Option<Row>| {
             row.as_ref()
                 .is_some_and(|r| match (&self.filter, &self.subquery) {
@@ -50,7 +54,15 @@ impl Slot {
                     (Some(f), None) => f.includes(r),
                 })
         };
-        let (was_in, is_in) = (includes(&old_row), includes(&new_row));
+        let (was_in, is_in) = if evaluate {
+            (includes(&old_row), includes(&new_row))
+        } else {
+            assert!(
+                old.is_none() || new.is_none(),
+                "a certain match is of a change with one row"
+            );
+            (old.is_some(), new.is_some())
+        };
         let change = match (old, new, was_in, is_in) {
             (_, Some(new), false, true) => ShapeChange::Insert(new),
             (Some(old), _, true, false) => ShapeChange::Delete(old),

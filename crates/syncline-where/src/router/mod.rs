@@ -27,10 +27,11 @@ use syncline_core::relation::RelationDesc;
 use syncline_core::tuple::Value;
 
 use crate::eval::{Row, RowTypes};
+use crate::expr::Expr;
 use crate::subquery::normal_text;
 use crate::Where;
 use hash::{FxHashMap, FxHashSet};
-use node::{Collect, Node};
+use node::{Collect, Found, Node};
 use views::{ShapeViews, ViewEntry};
 
 /// The caller's identifier of a shape.
@@ -69,6 +70,10 @@ pub struct Router {
     shapes: HashMap<ShapeId, Option<Where>>,
     /// The value sets of the shapes with subqueries.
     views: FxHashMap<ShapeId, ShapeViews>,
+    /// Shapes whose clause has no OR: only these can be certain matches. In `a = 1 OR b`
+    /// matched through `a`, `b` still decides whether evaluating the clause fails (a value that
+    /// does not decode), which would exclude the row.
+    without_or: FxHashSet<ShapeId>,
 }
 
 impl Router {
@@ -79,6 +84,7 @@ impl Router {
             root: Node::default(),
             shapes: HashMap::new(),
             views: FxHashMap::default(),
+            without_or: FxHashSet::default(),
         }
     }
 
@@ -101,6 +107,9 @@ impl Router {
                     .insert(id, ShapeViews::new(w.expr(), types, attachments));
             }
         }
+        if filter.is_none_or(|w| !has_or(w.expr())) {
+            self.without_or.insert(id);
+        }
         self.shapes.insert(id, filter.cloned());
     }
 
@@ -117,6 +126,7 @@ impl Router {
                 }
             }
         }
+        self.without_or.remove(&id);
         match self.shapes.remove(&id) {
             Some(filter) => {
                 self.root
@@ -195,13 +205,33 @@ impl Router {
     /// The shapes `change` affects, sorted. Each row is decoded once, whatever the number of
     /// shapes.
     pub fn affected(&self, change: &Change) -> Vec<ShapeId> {
-        let mut out = FxHashSet::default();
+        let mut out = Found::default();
         let cx = Collect { views: &self.views };
         for values in change.rows() {
             let row = Row::new(&self.types, values);
-            self.root.collect(&row, &mut out, &cx);
+            self.root.collect(&row, &mut out, true, &cx);
         }
-        sorted(out)
+        sorted(out.may)
+    }
+
+    /// [`Router::affected`], each shape with whether its clause certainly holds for the
+    /// change's row (evaluating it would give true), so that the caller need not evaluate it:
+    /// only for an insert or a delete (one row), when the shape has no clause, or a clause
+    /// without OR found through equality lookups of the row's decoded values alone (`col = c`,
+    /// `col IN (...)`, and ANDs of those).
+    pub fn affected_certain(&self, change: &Change) -> Vec<(ShapeId, bool)> {
+        let rows = change.rows();
+        let mut out = Found::default();
+        let cx = Collect { views: &self.views };
+        for values in &rows {
+            let row = Row::new(&self.types, values);
+            self.root.collect(&row, &mut out, rows.len() == 1, &cx);
+        }
+        let Found { may, certain } = out;
+        sorted(may)
+            .into_iter()
+            .map(|id| (id, certain.contains(&id) && self.without_or.contains(&id)))
+            .collect()
     }
 
     /// The same answer as [`Router::affected`], by evaluating every shape's clause: the
@@ -223,6 +253,13 @@ impl Router {
         }
         sorted(out)
     }
+}
+
+/// Whether `expr` has an OR anywhere.
+fn has_or(expr: &Expr) -> bool {
+    let mut found = false;
+    expr.visit(&mut |e| found |= matches!(e, Expr::Or(_)));
+    found
 }
 
 /// The normal texts of a tuple given as Postgres text.
@@ -320,5 +357,51 @@ mod tests {
         assert_eq!(router.unindexed(), 1);
         assert!(router.remove(99) && router.remove(0) && !router.remove(0));
         assert_eq!(router.affected(&Change::Delete(&new)), vec![3, 4, 7, 8]);
+    }
+
+    #[test]
+    fn only_equality_lookups_without_or_are_certain() {
+        let relation = relation();
+        let mut router = Router::new(&relation);
+        let clauses = [
+            "name = 'a'",
+            "name = 'a' AND id IN (1, 2)",
+            "name = 'a' AND id > 0",
+            "name = 'a' OR id = 7",
+            "name LIKE 'a%'",
+        ];
+        for (i, clause) in clauses.iter().enumerate() {
+            let w = Where::new(clause, &relation, &[]).unwrap();
+            router.add(i as ShapeId, Some(&w));
+        }
+        router.add(9, None);
+        let new = row("1", "a", "{}");
+        let want = vec![
+            (0, true),
+            (1, true),
+            (2, false),
+            (3, false),
+            (4, false),
+            (9, true),
+        ];
+        assert_eq!(router.affected_certain(&Change::Insert(&new)), want);
+        assert_eq!(router.affected_certain(&Change::Delete(&new)), want);
+        let undecodable = row("not a number", "a", "{}");
+        assert_eq!(
+            router.affected_certain(&Change::Insert(&undecodable)),
+            vec![
+                (0, true),
+                (1, false),
+                (2, false),
+                (3, false),
+                (4, false),
+                (9, true)
+            ]
+        );
+        let update = router.affected_certain(&Change::Update {
+            old: &new,
+            new: &new,
+        });
+        assert!(update.iter().all(|&(_, certain)| !certain), "{update:?}");
     }
 }

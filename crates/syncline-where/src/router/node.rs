@@ -59,6 +59,18 @@ fn conjunction(mut conjuncts: Vec<Expr>) -> Option<Expr> {
     }
 }
 
+/// The shapes collected for a row: those it may match, and among them those whose whole
+/// clause certainly holds for it.
+#[derive(Default)]
+pub(crate) struct Found {
+    /// Every shape the row may match (over-inclusive).
+    pub(crate) may: FxHashSet<ShapeId>,
+    /// Shapes matched through equality lookups of the row's decoded values alone (or without a
+    /// clause): a level's `matched` shapes have every access on the path true for the row, and
+    /// an equality key is equal exactly when Postgres's `=` is true.
+    pub(crate) certain: FxHashSet<ShapeId>,
+}
+
 /// What collecting reads besides the row: each shape's value sets.
 pub(crate) struct Collect<'a> {
     pub(crate) views: &'a FxHashMap<ShapeId, ShapeViews>,
@@ -289,31 +301,36 @@ impl Node {
     /// Adds the shapes matching `row` to `out`. A column that cannot be decoded makes every
     /// access on it count as holding (over-inclusion is safe, omission is not); the shapes below
     /// are still matched by their other conditions, so a false one excludes the row, as when
-    /// the whole clause is evaluated.
-    pub(crate) fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>, cx: &Collect) {
-        self.matched.add_to(out);
+    /// the whole clause is evaluated. `exact`: every access on the path to this level was an
+    /// equality lookup of a decoded value (its `matched` shapes are then certain).
+    pub(crate) fn collect(&self, row: &Row, out: &mut Found, exact: bool, cx: &Collect) {
+        self.matched.add_to(&mut out.may);
+        if exact {
+            self.matched.add_to(&mut out.certain);
+        }
         if let Some(ix) = &self.indexes {
-            ix.collect(row, out, cx);
+            ix.collect(row, out, exact, cx);
         }
         for (shape, expr) in &self.others {
             if cx.may_hold(*shape, expr, row) {
-                out.insert(*shape);
+                out.may.insert(*shape);
             }
         }
     }
 }
 
 impl Indexes {
-    fn collect(&self, row: &Row, out: &mut FxHashSet<ShapeId>, cx: &Collect) {
+    /// [`Node::collect`] through each index; only equality lookups keep `exact`.
+    fn collect(&self, row: &Row, out: &mut Found, exact: bool, cx: &Collect) {
         for (col, map) in &self.eq {
             match row.get(*col) {
                 Ok(Some(v)) => {
                     if let Some(node) = Key::of(&v).and_then(|k| map.get(&k)) {
-                        node.collect(row, out, cx);
+                        node.collect(row, out, exact, cx);
                     }
                 }
                 Ok(None) => {}
-                Err(_) => map.values().for_each(|n| n.collect(row, out, cx)),
+                Err(_) => map.values().for_each(|n| n.collect(row, out, false, cx)),
             }
         }
         for (col, by_first) in &self.contains {
@@ -324,7 +341,7 @@ impl Indexes {
                     for key in &present {
                         for (required, node) in by_first.get(key).into_iter().flatten() {
                             if required.iter().all(|r| present.contains(r)) {
-                                node.collect(row, out, cx);
+                                node.collect(row, out, false, cx);
                             }
                         }
                     }
@@ -333,14 +350,14 @@ impl Indexes {
                 Err(_) => by_first
                     .values()
                     .flat_map(|m| m.values())
-                    .for_each(|n| n.collect(row, out, cx)),
+                    .for_each(|n| n.collect(row, out, false, cx)),
             }
         }
         for (col, index) in &self.ranges {
             match row.get(*col) {
-                Ok(Some(v)) => index.stab(&v, &mut |node: &Node| node.collect(row, out, cx)),
+                Ok(Some(v)) => index.stab(&v, &mut |node: &Node| node.collect(row, out, false, cx)),
                 Ok(None) => {}
-                Err(_) => index.all().for_each(|n| n.collect(row, out, cx)),
+                Err(_) => index.all().for_each(|n| n.collect(row, out, false, cx)),
             }
         }
         for (col, index) in &self.prefixes {
@@ -349,7 +366,7 @@ impl Indexes {
                     let limit = index.longest_bytes.min(text.len());
                     for end in (0..=limit).filter(|&i| text.is_char_boundary(i)) {
                         if let Some(node) = index.by_prefix.get(&text[..end]) {
-                            node.collect(row, out, cx);
+                            node.collect(row, out, false, cx);
                         }
                     }
                 }
@@ -357,7 +374,7 @@ impl Indexes {
                 Err(_) => index
                     .by_prefix
                     .values()
-                    .for_each(|n| n.collect(row, out, cx)),
+                    .for_each(|n| n.collect(row, out, false, cx)),
             }
         }
         for (cols, map) in &self.views {
@@ -382,7 +399,7 @@ impl Indexes {
                 match rest {
                     Some(Some(rest)) if !cx.may_hold(entry.shape, rest, row) => {}
                     _ => {
-                        out.insert(entry.shape);
+                        out.may.insert(entry.shape);
                     }
                 }
             }
