@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 
 use crate::config::RoleSetting;
 use crate::follow::follow;
-use crate::replicate::replicate;
+use crate::replicate::ReplicationThread;
 use crate::snapshot::{run_queue, Snapshotter};
 use crate::state::AppState;
 
@@ -142,28 +142,34 @@ async fn write(state: &Arc<AppState>, lock: &SessionLock) -> Ended {
             .watch_open_writers(WRITER_TRIM_INTERVAL, state.config.idle_log_park),
     );
     let (stop, stopped) = watch::channel(false);
-    let replicating = replicate(
+    let mut replicating = match ReplicationThread::start(
         state.clone(),
         start.restored,
         start.unrecorded,
         start.command_queue,
         stopped,
-    );
-    tokio::pin!(replicating);
+    ) {
+        Ok(thread) => thread,
+        Err(e) => {
+            tracing::error!(error = %e, "could not start the replication thread; exiting");
+            std::process::exit(1);
+        }
+    };
     let ended = tokio::select! {
-        () = &mut replicating => Ended::Stopping,
+        () = replicating.finished() => Ended::Stopping,
         e = lock.lost() => Ended::LockLost(e.to_string()),
         () = state.health.wait_stopping() => Ended::Stopping,
     };
     if matches!(ended, Ended::Stopping) {
         let _ = stop.send(true);
-        if tokio::time::timeout(STOP_FLUSH_MAX, &mut replicating)
+        if tokio::time::timeout(STOP_FLUSH_MAX, replicating.finished())
             .await
             .is_err()
         {
             tracing::warn!("the pipeline did not stop in time; Postgres sends what it did not acknowledge to the next writer");
         }
     }
+    replicating.abort().await;
     tasks.shutdown().await;
     ended
 }

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod admission;
+pub mod blocking;
 pub mod compaction;
 pub mod config;
 pub mod follow;

@@ -1,13 +1,21 @@
 //! The writer's replication: connect (publication, slot, restored shapes checked against the
 //! catalog, stream), run the pipeline, and start it again after a full disk.
+//!
+//! It runs on a thread of its own ([`ReplicationThread`]) with a single-threaded runtime of its
+//! own: the replication socket is that runtime's, so the thread that reads it is the one its
+//! readiness wakes, and the pipeline's appends and flushes block that thread alone (on the
+//! server's multi-threaded runtime each flush handed the worker's tasks to another thread).
+//! Work that uses the server's shared Postgres connections (the catalog, query connections)
+//! runs on the server's runtime ([`crate::shapes::Shapes::spawn`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{AbortHandle, Abortable};
 use syncline_pg::replication::{
     ensure_slot, ResumingStream, SlotInfo, StreamOptions, StreamStatus,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::pipeline::{Pipeline, Shortage, Stop};
 use crate::shapes::{Command, Restored, ShapeMeta};
@@ -18,12 +26,82 @@ const WAIT_DELAY_MIN: Duration = Duration::from_millis(100);
 /// Longest delay between attempts to reach Postgres.
 const WAIT_DELAY_MAX: Duration = Duration::from_secs(10);
 
+/// Replication running on its thread; dropping it stops the pipeline without a flush (as
+/// [`ReplicationThread::abort`] does, without waiting).
+pub struct ReplicationThread {
+    abort: AbortHandle,
+    /// Says when the thread has ended; `Err` if it panicked. `None` once that was seen.
+    done: Option<oneshot::Receiver<()>>,
+}
+
+impl ReplicationThread {
+    /// Starts [`replicate`] on a new thread with its own runtime; it ends when `stop` says so
+    /// (after flushing), when the pipeline fails for good (the process exits), or on
+    /// [`ReplicationThread::abort`].
+    pub fn start(
+        state: Arc<AppState>,
+        restored: Vec<Restored>,
+        unrecorded: Vec<ShapeMeta>,
+        commands: mpsc::Receiver<Command>,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<ReplicationThread> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (abort, registration) = AbortHandle::new_pair();
+        let (done, done_rx) = oneshot::channel();
+        let replicating = Abortable::new(
+            replicate(state, restored, unrecorded, commands, stop),
+            registration,
+        );
+        std::thread::Builder::new()
+            .name("syncline-replication".into())
+            .stack_size(syncline_where::IN_PLACE_THREAD_STACK_BYTES)
+            .spawn(move || {
+                let _ = runtime.block_on(replicating);
+                // Whatever the pipeline started on this runtime ends with it.
+                drop(runtime);
+                let _ = done.send(());
+            })?;
+        Ok(ReplicationThread {
+            abort,
+            done: Some(done_rx),
+        })
+    }
+
+    /// Waits until the thread has ended. Cancel-safe. A panic on it (a broken invariant)
+    /// ends the process: the logs recover on restart.
+    pub async fn finished(&mut self) {
+        let Some(done) = self.done.as_mut() else {
+            return;
+        };
+        if done.await.is_err() {
+            tracing::error!("the replication thread panicked; exiting");
+            std::process::exit(1);
+        }
+        self.done = None;
+    }
+
+    /// Stops the pipeline where it is, without a flush (what it did not acknowledge, Postgres
+    /// sends the next writer), and waits until the thread has let go of it.
+    pub async fn abort(mut self) {
+        self.abort.abort();
+        self.finished().await;
+    }
+}
+
+impl Drop for ReplicationThread {
+    fn drop(&mut self) {
+        self.abort.abort();
+    }
+}
+
 /// Connects to Postgres (retrying with backoff for as long as it takes), checks the restored
 /// shapes against the catalog, and runs the replication pipeline until `stop` says so (it then
 /// flushes and acknowledges what it processed). When the pipeline stops because shape storage
 /// is full, waits until it takes writes again and starts a new pipeline from the slot; when it
 /// fails for good, ends the process (on restart every shape resumes from disk).
-pub async fn replicate(
+async fn replicate(
     state: Arc<AppState>,
     mut restored: Vec<Restored>,
     mut unrecorded: Vec<ShapeMeta>,
@@ -124,34 +202,52 @@ async fn follow_stream(state: Arc<AppState>, mut status: watch::Receiver<StreamS
     }
 }
 
-/// One attempt at what replication needs: the publication, the slot, the restored shapes
-/// checked against the catalog, the stream.
+/// One attempt at what replication needs: the publication, the slot and the restored shapes
+/// checked against the catalog (on the server's runtime, whose connections they use), then
+/// the stream (on the caller's).
 async fn connect(
-    state: &AppState,
+    state: &Arc<AppState>,
     restored: &[Restored],
     unrecorded: &[ShapeMeta],
 ) -> Result<(Vec<Restored>, SlotInfo, ResumingStream), String> {
+    let catalog = state.shapes.spawn(check_catalog(
+        state.clone(),
+        restored.to_vec(),
+        unrecorded.to_vec(),
+    ));
+    let (kept, slot) = catalog
+        .await
+        .map_err(|e| format!("catalog check failed: {e}"))??;
+    let postgres = &state.postgres;
+    let stream = ResumingStream::start(
+        postgres.config().clone(),
+        StreamOptions::new(state.config.slot_name(), postgres.publication().to_owned()),
+    )
+    .await
+    .map_err(|e| format!("replication: {e}"))?;
+    Ok((kept, slot, stream))
+}
+
+/// The publication, the slot, and the restored shapes that the catalog still agrees with.
+async fn check_catalog(
+    state: Arc<AppState>,
+    restored: Vec<Restored>,
+    unrecorded: Vec<ShapeMeta>,
+) -> Result<(Vec<Restored>, SlotInfo), String> {
     let postgres = &state.postgres;
     postgres
         .ensure_publication()
         .await
         .map_err(|e| format!("publication: {e}"))?;
-    let slot_name = state.config.slot_name();
-    let slot = ensure_slot(postgres.config(), &slot_name)
+    let slot = ensure_slot(postgres.config(), &state.config.slot_name())
         .await
         .map_err(|e| format!("replication slot: {e}"))?;
     let kept = state
         .shapes
-        .check_restored(restored.to_vec(), unrecorded.to_vec())
+        .check_restored(restored, unrecorded)
         .await
         .map_err(|e| format!("catalog: {e}"))?;
-    let stream = ResumingStream::start(
-        postgres.config().clone(),
-        StreamOptions::new(slot_name, postgres.publication().to_owned()),
-    )
-    .await
-    .map_err(|e| format!("replication: {e}"))?;
-    Ok((kept, slot, stream))
+    Ok((kept, slot))
 }
 
 /// Delays between attempts to reach Postgres: doubling from [`WAIT_DELAY_MIN`] to

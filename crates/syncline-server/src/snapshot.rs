@@ -417,7 +417,7 @@ impl Snapshotter {
     ) -> Result<(), SnapshotError> {
         let mut end = vec![wire::STORED_SEPARATOR];
         end.extend_from_slice(&wire::snapshot_end(visibility));
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             let mut guard = shape.writer.lock();
             let w = guard.opened().ok_or(SnapshotError::Removed)?;
             write(w)?;

@@ -633,7 +633,7 @@ impl Serve<'_> {
             let read = if woken || position::at_end(&st, from) {
                 self.shape.read_shared(st.clone(), from)
             } else {
-                tokio::task::block_in_place(|| self.shape.with_reader(|r| r.read(from)))
+                crate::blocking::in_place(|| self.shape.with_reader(|r| r.read(from)))
                     .map(|read| (read, None))
             };
             let (read, bytes) = match read {

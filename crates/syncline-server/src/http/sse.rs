@@ -116,7 +116,7 @@ async fn stream(
             let batch = if (woken && !behind) || position::at_end(&st, Some(from)) {
                 shape.sse_batch_shared(st, from, || catch_up(&shape, from, &mut messages))
             } else {
-                tokio::task::block_in_place(|| catch_up(&shape, from, &mut messages))
+                crate::blocking::in_place(|| catch_up(&shape, from, &mut messages))
                     .map(|batch| batch.map(|(events, end)| (Bytes::from(events), end)))
             };
             match batch {

@@ -302,7 +302,7 @@ impl Pipeline {
                     };
                     sq.views = reflected.views.into_iter().map(ViewSet::of).collect();
                     let shape = slot.shape.clone();
-                    let skipped = tokio::task::block_in_place(|| {
+                    let skipped = crate::blocking::in_place(|| {
                         slot.feed.reflects(
                             reflected.through,
                             reflected.seen,
@@ -368,7 +368,7 @@ impl Pipeline {
             })
             .collect();
         let shapes = self.shapes.clone();
-        tokio::spawn(async move {
+        self.shapes.spawn(async move {
             let views = {
                 let shapes = shapes.clone();
                 tokio::task::spawn_blocking(move || restored_views(&shapes, restored))

@@ -591,7 +591,7 @@ impl Pipeline {
             self.first_unflushed.get_or_insert_with(Instant::now);
             self.flush();
         }
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             self.shapes.hold_writers();
             if resting_over {
                 self.shapes.park_held_writers();
@@ -733,13 +733,13 @@ impl Pipeline {
     }
 
     /// Makes every committed change durable, publishes the new durable offsets, and tells
-    /// Postgres. Blocks in one `block_in_place` for all of it (each hands the worker's other
-    /// tasks to another thread; the calls within it cost nothing more).
+    /// Postgres. All of it is one blocking call ([`crate::blocking::in_place`]; the calls
+    /// within it are nested and cost nothing more).
     fn flush(&mut self) {
         if self.first_unflushed.is_none() {
             return;
         }
-        tokio::task::block_in_place(|| self.flush_blocking());
+        crate::blocking::in_place(|| self.flush_blocking());
     }
 
     /// [`Pipeline::flush`], on a thread that may block.
@@ -816,7 +816,7 @@ impl Pipeline {
 
     /// Tells standbys and replicas how far this writer is.
     fn publish_progress(&self) {
-        if let Err(e) = tokio::task::block_in_place(|| self.progress.publish()) {
+        if let Err(e) = crate::blocking::in_place(|| self.progress.publish()) {
             tracing::debug!(error = %e, "could not publish replication progress");
         }
     }
@@ -877,7 +877,7 @@ impl Pipeline {
             return;
         }
         let current = self.txn.as_ref().map(|t| t.xid);
-        let result = tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
+        let result = crate::blocking::in_place(|| -> syncline_storage::Result<()> {
             slot.feed.go_live(current, &mut WriterLog(&slot.shape))?;
             let durable = slot.shape.writer.lock().get()?.flush()?;
             slot.shape.update(|s| {
@@ -953,7 +953,7 @@ impl ShapeLog for WriterLog<'_> {
     }
 
     fn last_committed_lsn(&mut self) -> syncline_storage::Result<u64> {
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             let mut guard = self.0.writer.lock();
             Ok(guard.get()?.last_committed().map_or(0, |o| o.tx))
         })

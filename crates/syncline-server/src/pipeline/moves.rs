@@ -38,8 +38,7 @@ pub(super) fn filter_of(table: &Table, id: ShapeId) -> Option<&Where> {
 
 /// The offset of the log's last commit (`0_0` for an empty log).
 pub(super) fn last_offset(shape: &Shape) -> syncline_storage::Result<LogOffset> {
-    let last =
-        tokio::task::block_in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
+    let last = crate::blocking::in_place(|| shape.writer.lock().get().map(|w| w.last_committed()))?;
     Ok(last.unwrap_or(LogOffset::new(0, 0)))
 }
 
@@ -124,7 +123,7 @@ impl Pipeline {
             })
             .collect();
         let written = at.map_err(|e| e.to_string()).and_then(|_| {
-            tokio::task::block_in_place(|| self.shapes.append_views(&shape, &records))
+            crate::blocking::in_place(|| self.shapes.append_views(&shape, &records))
                 .map_err(|e| e.to_string())
         });
         if let Err(e) = written {
@@ -266,7 +265,7 @@ impl Pipeline {
                 seen: seen.map(PgSnapshot::to_string),
             })
             .collect();
-        tokio::task::block_in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
+        crate::blocking::in_place(|| self.shapes.append_views(&slot.shape, &records)).map_err(
             |e| syncline_storage::StorageError::Io {
                 path: slot.shape.handle.clone().into(),
                 source: e,
@@ -322,7 +321,7 @@ impl Pipeline {
             &Self::patterns(&filter, &prefix, &changes),
             &txids,
         ));
-        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
+        crate::blocking::in_place(|| -> syncline_storage::Result<()> {
             let mut guard = shape.writer.lock();
             let writer = guard.get()?;
             writer.append(&[Message {
@@ -398,7 +397,7 @@ impl Pipeline {
         self.metrics.move_ins.inc();
         let shapes = self.shapes.clone();
         let must_see = self.recent_commits.must_see();
-        tokio::spawn(async move {
+        self.shapes.spawn(async move {
             let result = match query {
                 Ok(query) => read_move_in(&shapes, &query, &must_see)
                     .await
@@ -580,7 +579,7 @@ impl Pipeline {
                 json: &end,
             });
         }
-        tokio::task::block_in_place(|| -> syncline_storage::Result<()> {
+        crate::blocking::in_place(|| -> syncline_storage::Result<()> {
             let mut guard = shape.writer.lock();
             let writer = guard.get()?;
             writer.append(&messages)?;

@@ -157,7 +157,7 @@ impl Logs {
     /// previous writer that lost the lock but still holds its group journal to let go.
     pub fn become_writer(&self) -> syncline_storage::Result<()> {
         let root = self.store().root().to_owned();
-        let store = tokio::task::block_in_place(|| Store::open(root))?;
+        let store = crate::blocking::in_place(|| Store::open(root))?;
         *self.store.write().expect("store lock") = store;
         Ok(())
     }

@@ -139,11 +139,14 @@ pub struct Shapes {
     /// The description of each table with shapes, by OID, shared by the shapes made while
     /// the table looked the same ([`Shapes::shared_relation`]).
     relations: Mutex<HashMap<u32, Weak<RelationDesc>>>,
+    /// The server's multi-threaded runtime, where [`Shapes::spawn`] runs tasks.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Shapes {
     /// The shapes kept in `logs` and `meta`, read-only until [`Shapes::become_writer`]; past
-    /// `max_shapes` the least recently used are evicted.
+    /// `max_shapes` the least recently used are evicted. Made on the server's multi-threaded
+    /// runtime, which runs the tasks it starts.
     pub fn new(
         logs: Logs,
         meta: MetaDir,
@@ -163,6 +166,7 @@ impl Shapes {
             publish_refusals: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
             relations: Mutex::new(HashMap::new()),
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -278,7 +282,7 @@ impl Shapes {
     /// without the writer's lock learns what the writer made and removed.
     pub fn follow_catalog(&self) -> Result<(), String> {
         assert!(!self.is_writer(), "the writer's registry is its own");
-        let mut metas: Vec<ShapeMeta> = tokio::task::block_in_place(|| self.meta.load_all())
+        let mut metas: Vec<ShapeMeta> = crate::blocking::in_place(|| self.meta.load_all())
             .map_err(|e| format!("reading shape metadata: {e}"))?
             .into_iter()
             .filter(|m| m.snapshot_complete && m.version == META_VERSION && m.relation.is_some())
@@ -310,7 +314,7 @@ impl Shapes {
     /// metadata become writable, [`Shapes::restore`] runs, and new channels to a pipeline and
     /// a snapshot queue are made. Returns what `restore` returns and the channels' receivers.
     pub fn become_writer(&self) -> Result<WriterStart, String> {
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             self.logs.refresh_followed();
             self.logs.become_writer()
         })
@@ -349,7 +353,7 @@ impl Shapes {
     /// next writer opens it without recovery.
     pub fn hand_over(&self) {
         self.stop_writing();
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             for shape in self.all() {
                 if let Err(e) = shape.writer.lock().close() {
                     tracing::warn!(handle = %shape.handle, error = %e, "closing a shape log failed");
@@ -401,7 +405,7 @@ impl Shapes {
     /// [`Shapes::check_restored`] restores against the catalog.
     fn restore(&self) -> Result<(Vec<Restored>, Vec<ShapeMeta>), String> {
         assert!(self.is_writer(), "only the writer removes stored shapes");
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             let metas = self
                 .meta
                 .load_all()
@@ -483,7 +487,7 @@ impl Shapes {
                 Some(now) => kept.push(self.register_stored(&meta, now.clone())),
                 None => {
                     tracing::info!(handle = %meta.handle, "stored shape dropped: its table is gone");
-                    tokio::task::block_in_place(|| self.remove_stored(&meta.handle));
+                    crate::blocking::in_place(|| self.remove_stored(&meta.handle));
                 }
             }
         }
@@ -583,7 +587,7 @@ impl Shapes {
         // The log alone, not synced: the metadata is first written when the snapshot
         // completes, and a crash before then leaves a log without metadata, which restore
         // removes.
-        let writer = tokio::task::block_in_place(|| {
+        let writer = crate::blocking::in_place(|| {
             let _permit = permit;
             self.logs.create(&handle)
         })?;
@@ -782,7 +786,7 @@ impl Shapes {
         assert!(self.is_writer(), "only the writer deletes shapes");
         self.registry().remove(&shape.handle);
         shape.update(|s| s.gone = true);
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             shape.writer.lock().retire();
             self.remove_stored(&shape.handle);
         });
@@ -1014,7 +1018,7 @@ impl Shapes {
                 () = self.logs.past_bound() => {}
                 () = tokio::time::sleep(period) => {}
                 _ = followers.tick() => {
-                    tokio::task::block_in_place(|| self.watch_followers());
+                    crate::blocking::in_place(|| self.watch_followers());
                 }
                 _ = idle_sweep.tick() => {
                     let shapes = self.clone();
@@ -1041,7 +1045,7 @@ impl Shapes {
     pub async fn wait_writable(&self) {
         let mut delay = WRITABLE_PROBE_DELAY_MIN;
         loop {
-            match tokio::task::block_in_place(|| self.logs.probe_writable()) {
+            match crate::blocking::in_place(|| self.logs.probe_writable()) {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, retry_in = ?delay, "shape storage still not writable")
@@ -1128,11 +1132,23 @@ impl Shapes {
         }
     }
 
+    /// Runs `task` on the server's multi-threaded runtime, whichever runtime the caller is on:
+    /// work the pipeline starts (move-in queries, dependency reads, catalog reloads) uses the
+    /// shared Postgres connections, whose sockets must belong to the runtime that outlives
+    /// every pipeline, and must not wait on the replication thread's own.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime.spawn(task)
+    }
+
     /// The table `oid` was described anew on the replication stream: its shapes' schema
     /// follows the catalog (a nullability change reaches `electric-schema`).
     pub fn refresh_table(self: &Arc<Self>, oid: u32) {
         let shapes = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             match shapes.postgres.load_relation_by_oid(oid).await {
                 Ok(Some(now)) => {
                     let now = shapes.shared_relation(now);
@@ -1166,7 +1182,7 @@ impl Shapes {
             self.registry().remove(&shape.handle);
             shape.update(|s| s.gone = true);
             let shapes = self.clone();
-            tokio::spawn(async move { shapes.delete(&shape).await });
+            self.spawn(async move { shapes.delete(&shape).await });
         }
     }
 }

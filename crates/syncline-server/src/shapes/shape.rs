@@ -164,7 +164,7 @@ impl Shape {
         if !self.deferred.load(Ordering::SeqCst) {
             return Ok(());
         }
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             let mut guard = self.writer.lock();
             if !self.deferred.swap(false, Ordering::SeqCst) || self.state().gone {
                 return Ok(());
@@ -198,7 +198,7 @@ impl Shape {
                 (Some(durable), Some(from)) => from > durable,
             };
             return if behind {
-                tokio::task::block_in_place(|| self.follow_end())
+                crate::blocking::in_place(|| self.follow_end())
             } else {
                 Ok(())
             };
@@ -207,7 +207,7 @@ impl Shape {
         if st.durable.is_some() || !st.snapshot_done {
             return Ok(());
         }
-        tokio::task::block_in_place(|| {
+        crate::blocking::in_place(|| {
             let durable = self.writer.lock().get()?.readable_offset();
             self.update(|s| s.durable = s.durable.max(durable));
             Ok(())
