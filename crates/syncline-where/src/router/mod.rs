@@ -205,13 +205,7 @@ impl Router {
     /// The shapes `change` affects, sorted. Each row is decoded once, whatever the number of
     /// shapes.
     pub fn affected(&self, change: &Change) -> Vec<ShapeId> {
-        let mut out = Found::default();
-        let cx = Collect { views: &self.views };
-        for values in change.rows() {
-            let row = Row::new(&self.types, values);
-            self.root.collect(&row, &mut out, true, &cx);
-        }
-        sorted(out.may)
+        sorted(self.found(change, false).may)
     }
 
     /// [`Router::affected`], each shape with whether its clause certainly holds for the
@@ -220,18 +214,25 @@ impl Router {
     /// without OR found through equality lookups of the row's decoded values alone (`col = c`,
     /// `col IN (...)`, and ANDs of those).
     pub fn affected_certain(&self, change: &Change) -> Vec<(ShapeId, bool)> {
-        let rows = change.rows();
-        let mut out = Found::default();
-        let cx = Collect { views: &self.views };
-        for values in &rows {
-            let row = Row::new(&self.types, values);
-            self.root.collect(&row, &mut out, rows.len() == 1, &cx);
-        }
-        let Found { may, certain } = out;
+        let Found { may, certain } = self.found(change, true);
         sorted(may)
             .into_iter()
             .map(|id| (id, certain.contains(&id) && self.without_or.contains(&id)))
             .collect()
+    }
+
+    /// The shapes each row of `change` may match; with `certain`, for a change of one row,
+    /// also those it certainly matches.
+    fn found(&self, change: &Change, certain: bool) -> Found {
+        let rows = change.rows();
+        let exact = certain && rows.len() == 1;
+        let mut out = Found::default();
+        let cx = Collect { views: &self.views };
+        for values in rows {
+            let row = Row::new(&self.types, values);
+            self.root.collect(&row, &mut out, exact, &cx);
+        }
+        out
     }
 
     /// The same answer as [`Router::affected`], by evaluating every shape's clause: the
@@ -322,10 +323,19 @@ mod tests {
             .collect()
     }
 
+    /// A router of `relation` with shape `i` for `clauses[i]`.
+    fn router_of(relation: &RelationDesc, clauses: &[&str]) -> Router {
+        let mut router = Router::new(relation);
+        for (i, clause) in clauses.iter().enumerate() {
+            let w = Where::new(clause, relation, &[]).unwrap();
+            router.add(i as ShapeId, Some(&w));
+        }
+        router
+    }
+
     #[test]
     fn indexes_the_indexable_forms() {
         let relation = relation();
-        let mut router = Router::new(&relation);
         let clauses = [
             "id = 1",
             "2 = id",
@@ -338,10 +348,7 @@ mod tests {
             "(id = 1 OR name LIKE 'x%') AND name <> 'y'",
             "id = 1 AND (name = 'a' OR name = 'b')",
         ];
-        for (i, clause) in clauses.iter().enumerate() {
-            let w = Where::new(clause, &relation, &[]).unwrap();
-            router.add(i as ShapeId, Some(&w));
-        }
+        let mut router = router_of(&relation, &clauses);
         assert_eq!(router.unindexed(), 0);
         let new = row("1", "abc", "{5,6,7}");
         assert_eq!(router.affected(&Change::Insert(&new)), vec![0, 3, 4, 7, 8]);
@@ -362,7 +369,6 @@ mod tests {
     #[test]
     fn only_equality_lookups_without_or_are_certain() {
         let relation = relation();
-        let mut router = Router::new(&relation);
         let clauses = [
             "name = 'a'",
             "name = 'a' AND id IN (1, 2)",
@@ -370,10 +376,7 @@ mod tests {
             "name = 'a' OR id = 7",
             "name LIKE 'a%'",
         ];
-        for (i, clause) in clauses.iter().enumerate() {
-            let w = Where::new(clause, &relation, &[]).unwrap();
-            router.add(i as ShapeId, Some(&w));
-        }
+        let mut router = router_of(&relation, &clauses);
         router.add(9, None);
         let new = row("1", "a", "{}");
         let want = vec![
